@@ -1,0 +1,106 @@
+"""The `ragteam` command. Each subcommand lives in its own module with a `Config` class and `run(cfg)`.
+
+Modules are imported only when their command runs, so `ragteam --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ragteam.config import ConfigError, add_config_arguments, config_from_args, setup_caches
+
+# command words -> (module under ragteam.cli, one-line summary)
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("demo",): ("demo", "Run the demo end to end on the bundled data (the main job)."),
+    ("index",): ("index", "Build a BM25 / dense index from a corpus file or a dataset's paragraphs."),
+    ("search",): ("search", "Search an index and print the ranked passages."),
+    ("score",): ("score", "Score a prediction against gold answers (EM, F1, cover-EM) as JSON."),
+    ("eval-retrieval",): ("eval_retrieval", "Recall@k of supporting paragraphs for bm25, dense and hybrid."),
+    ("ask",): ("ask", "Run one question through a workflow and print its trace."),
+    ("eval",): ("evaluate", "Evaluate a workflow on a benchmark file: traces, metrics, statistics, plots."),
+    ("serve", "retriever"): ("serve_retriever", "Serve an index over HTTP: Search-R1's POST /retrieve."),
+    ("serve", "llm"): ("serve_llm", "Serve a local model over the OpenAI chat-completions API."),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragteam",
+        description="Train and run small teams of LM agents (C-3PO, MMOA-RAG, RAG-Gym) between a retriever "
+        "and an LLM. Every command takes --config FILE.yaml; flags override the file.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for words, (module, summary) in COMMANDS.items():
+        target = sub
+        if len(words) == 2:
+            if words[0] not in groups:
+                group = sub.add_parser(words[0], help=f"{words[0]} subcommands")
+                groups[words[0]] = group.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
+            target = groups[words[0]]
+        cmd = target.add_parser(words[-1], help=summary, description=summary)
+        cmd.add_argument("--config", help="YAML file with this command's settings; flags override it")
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    module_name = _command_from_argv(argv)
+    if module_name is None:
+        if not argv:
+            parser.print_help()
+            return 0
+        parser.parse_args(argv)  # prints the help or the usage error
+        return 2
+    module = importlib.import_module(f"ragteam.cli.{module_name}")
+    _add_command_flags(parser, module_name, module)
+    args = parser.parse_args(argv)
+    setup_caches()
+    try:
+        cfg = config_from_args(module.Config, _strip(args))
+    except ConfigError as e:
+        print(f"ragteam: {e}", file=sys.stderr)
+        return 2
+    try:
+        return int(module.run(cfg) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"ragteam: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _command_from_argv(argv: list[str]) -> str | None:
+    words = [a for a in argv if not a.startswith("-")]
+    for cmd_words, (module, _) in COMMANDS.items():
+        if tuple(words[: len(cmd_words)]) == cmd_words:
+            return module
+    return None
+
+
+def _add_command_flags(parser: argparse.ArgumentParser, module_name: str, module) -> None:
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
+        for choice in action.choices.values():
+            _add_to_matching(choice, module_name, module)
+
+
+def _add_to_matching(p: argparse.ArgumentParser, module_name: str, module) -> None:
+    if p.get_default("_module") == module_name:
+        add_config_arguments(p, module.Config)
+        return
+    if p._subparsers is not None:
+        for action in p._subparsers._group_actions:
+            for choice in action.choices.values():
+                _add_to_matching(choice, module_name, module)
+
+
+def _strip(args: argparse.Namespace) -> argparse.Namespace:
+    return argparse.Namespace(
+        **{k: v for k, v in vars(args).items() if k not in ("_module", "subcommand", "command")}
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Typed configs: one pydantic model per command, loaded from YAML, overridable from the command line.
+
+Precedence: field defaults < `--config FILE.yaml` < command-line flags. Nested models become dotted flags
+(`--policy.model`, `--llm.base-url`). Every flag's `--help` text is the field's description, so a config
+class documents its command. `save_resolved` writes the final config and library versions beside outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class Config(BaseModel):
+    """Base of every command's config: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ConfigError(ValueError):
+    """A config that does not validate; the message names the file (if any) and each bad field."""
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return annotation, False
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type[BaseModel], prefix: str = "") -> None:
+    """Add one flag per field of `cls` (recursing into nested models) to `parser`.
+
+    Fields marked `json_schema_extra={"positional": True}` become positional arguments.
+    """
+    for name, info in cls.model_fields.items():
+        annotation, _ = _unwrap_optional(info.annotation)
+        dest = f"{prefix}{name}"
+        if _is_model(annotation):
+            add_config_arguments(parser, annotation, prefix=f"{dest}.")
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        help_text = (info.description or "").replace("%", "%%")
+        if info.is_required() and not extra.get("positional"):
+            help_text += " (required)"
+        elif default not in (None, "", [], ()) and not extra.get("positional"):
+            shown = default.value if hasattr(default, "value") else default
+            help_text += f" (default: {shown})"
+        kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
+        origin = typing.get_origin(annotation)
+        if annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif origin in (list, tuple):
+            kwargs["nargs"] = "+" if not extra.get("positional") else "*"
+        elif origin is Literal:
+            kwargs["choices"] = [str(c) for c in typing.get_args(annotation)]
+        if extra.get("positional"):
+            kwargs["metavar"] = name.upper()
+            if info.is_required():
+                parser.add_argument(dest, **kwargs)
+            else:
+                kwargs["nargs"] = kwargs.get("nargs", "?")
+                parser.add_argument(dest, **kwargs)
+        else:
+            flag = "--" + dest.replace("_", "-")
+            parser.add_argument(flag, dest=dest, **kwargs)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        data = data.setdefault(key, {})
+    data[keys[-1]] = value
+
+
+def load_config(
+    cls: type[Config], path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> Config:
+    """Build `cls` from an optional YAML file and dotted overrides; raise ConfigError naming bad fields."""
+    data: dict[str, Any] = {}
+    where = "command line"
+    if path is not None:
+        where = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of field names to values")
+        data = loaded or {}
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        lines = [f"{where}: invalid config for {cls.__name__}:"]
+        for err in e.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            lines.append(f"  {field}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def config_from_args(cls: type[Config], args: argparse.Namespace) -> Config:
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    return load_config(cls, getattr(args, "config", None), overrides)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries a run's results depend on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("ragteam", "torch", "transformers", "trl", "sentence-transformers", "bm25s", "tantivy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str) -> Path:
+    """Write `config.yaml` (the full resolved config, command and versions) into `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "config.yaml"
+    doc = {"command": command, "config": cfg.model_dump(mode="json"), "versions": versions()}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def ragteam_home() -> Path:
+    """Working folder for caches (converted models, pooled corpora, indexes): $RAGTEAM_HOME or ./.ragteam."""
+    home = Path(os.environ.get("RAGTEAM_HOME", Path.cwd() / ".ragteam")).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def setup_caches() -> None:
+    """Point Hugging Face and other library caches inside ragteam's working folder, and go offline."""
+    home = ragteam_home()
+    os.environ.setdefault("HF_HOME", str(home / "hf"))
+    os.environ.setdefault("HF_DATASETS_CACHE", str(home / "hf" / "datasets"))
+    os.environ.setdefault("WANDB_DIR", str(home / "wandb"))
+    os.environ.setdefault("MPLCONFIGDIR", str(home / "matplotlib"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
