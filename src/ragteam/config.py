@@ -70,12 +70,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type[BaseModel], 
         elif origin is Literal:
             kwargs["choices"] = [str(c) for c in typing.get_args(annotation)]
         if extra.get("positional"):
+            # Optional on the command line so that a YAML file may supply it; pydantic still requires it.
             kwargs["metavar"] = name.upper()
-            if info.is_required():
-                parser.add_argument(dest, **kwargs)
-            else:
-                kwargs["nargs"] = kwargs.get("nargs", "?")
-                parser.add_argument(dest, **kwargs)
+            kwargs["nargs"] = "*" if kwargs.get("nargs") else "?"
+            parser.add_argument(dest, **kwargs)
         else:
             flag = "--" + dest.replace("_", "-")
             parser.add_argument(flag, dest=dest, **kwargs)

