@@ -14,6 +14,8 @@ os.environ.setdefault("HF_HOME", str(Path(os.environ["RAGTEAM_HOME"]) / "hf"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread: on a 2-core runner two threads contend with the engine's worker threads and slow down.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLCONFIGDIR", str(Path(os.environ["RAGTEAM_HOME"]) / "matplotlib"))
 
 SHARED_DATA = Path(os.environ.get("RAGTEAM_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -25,3 +27,24 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         raise RuntimeError(f"benchmark data not found at {SHARED_DATA}; set RAGTEAM_SHARED_DATA")
     return SHARED_DATA
+
+
+# --- retrieval fixtures (retrieval engineer) ---------------------------------------------------------------
+HOTPOT_SMALL_RECORDS = 20
+
+
+@pytest.fixture(scope="session")
+def hotpot_small(shared_data: Path, tmp_path_factory) -> Path:
+    """The first 20 records of HotpotQA-500 (IRCoT format) as their own file (~200 pooled paragraphs)."""
+    lines = (shared_data / "hotpotqa-dev-500.jsonl").read_text(encoding="utf-8").splitlines()
+    path = tmp_path_factory.mktemp("retrieval-data") / "hotpotqa-dev-20.jsonl"
+    path.write_text("\n".join(lines[:HOTPOT_SMALL_RECORDS]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def hotpot_small_index(hotpot_small: Path):
+    """BM25 + real MiniLM embeddings of hotpot_small's pooled paragraphs, cached under RAGTEAM_HOME."""
+    from ragteam.retrieval.factory import dataset_index
+
+    return dataset_index(hotpot_small, kinds=("bm25", "dense"), progress=False)

@@ -9,7 +9,14 @@ import pytest
 from pydantic import Field
 
 from ragteam.cli.main import COMMANDS, build_parser
-from ragteam.config import Config, ConfigError, add_config_arguments, config_from_args, load_config, save_resolved
+from ragteam.config import (
+    Config,
+    ConfigError,
+    add_config_arguments,
+    config_from_args,
+    load_config,
+    save_resolved,
+)
 
 
 class Inner(Config):
@@ -34,7 +41,9 @@ def parse(argv: list[str]) -> Outer:
 
 
 def test_flags_and_nested_dotted_flags():
-    cfg = parse(["hello", "--k", "7", "--mode", "y", "--json-out", "--llm.base-url", "http://b", "--gold", "a", "b"])
+    cfg = parse(
+        ["hello", "--k", "7", "--mode", "y", "--json-out", "--llm.base-url", "http://b", "--gold", "a", "b"]
+    )
     assert (cfg.query, cfg.k, cfg.mode, cfg.json_out, cfg.gold) == ("hello", 7, "y", True, ["a", "b"])
     assert cfg.llm.base_url == "http://b" and cfg.llm.retries == 3
 

@@ -67,6 +67,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type[BaseModel], 
             kwargs["action"] = argparse.BooleanOptionalAction
         elif origin in (list, tuple):
             kwargs["nargs"] = "+" if not extra.get("positional") else "*"
+            if not extra.get("positional"):
+                kwargs["action"] = "extend"  # `--gold a --gold b` accumulates, like `--gold a b`
         elif origin is Literal:
             kwargs["choices"] = [str(c) for c in typing.get_args(annotation)]
         if extra.get("positional"):
@@ -125,7 +127,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("ragteam", "torch", "transformers", "trl", "sentence-transformers", "bm25s", "tantivy"):
+    for pkg in ("ragteam", "torch", "transformers", "trl", "sentence-transformers", "tantivy"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:

@@ -20,7 +20,7 @@ class Message(TypedDict):
 
 def doc_id(title: str, text: str) -> str:
     """Stable id of a passage from its title and text (same passage -> same id, in any corpus)."""
-    digest = hashlib.sha1(f"{title.strip()}\n{text.strip()}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha1(f"{title.strip()}\n{text.strip()}".encode()).hexdigest()
     return f"p{digest[:12]}"
 
 

@@ -6,8 +6,9 @@ A backend takes a batch of `ChatRequest`s and returns, per request, either its `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ragteam.types import Message
 

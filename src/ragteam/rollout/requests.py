@@ -14,8 +14,9 @@ branch an episode at any policy act, and replay a recorded prefix without callin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Union
+from typing import Any
 
 from ragteam.types import Action, Hit, Message, Question
 
@@ -56,7 +57,7 @@ class Retrieve:
     k: int
 
 
-Request = Union[Act, AskLLM, Retrieve]
+Request = Act | AskLLM | Retrieve
 
 
 @dataclass(frozen=True)
@@ -97,4 +98,4 @@ class Workflow(ABC):
         """Yield requests, receive their results, return the `Answer`. Must be deterministic given results."""
 
 
-ResultOf = Union[Acted, str, list[list[Hit]]]
+ResultOf = Acted | str | list[list[Hit]]

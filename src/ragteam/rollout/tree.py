@@ -9,9 +9,10 @@ its rewards). Episodes serialize to one JSON line each and load back equal.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Literal
 
 from ragteam.llm.base import Completion
 from ragteam.types import Action, Hit, Message, Question
@@ -49,6 +50,8 @@ class Node:
             value = getattr(self, name)
             if value not in (None, "", 0) or (name == "depth" and self.kind == "policy"):
                 d[name] = value
+            elif name == "answer" and self.kind == "answer" and value is not None:
+                d[name] = value  # an empty answer ("") must load back as "", not None
         if self.completion is not None:
             d["completion"] = self.completion.to_dict()
         if self.action is not None:

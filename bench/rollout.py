@@ -1,0 +1,265 @@
+"""Benchmark: the rollout engine against bare batched generation and one-by-one generation (SmolLM2, CPU).
+
+The same chat prompts are generated three ways in one run, all with greedy decoding and exactly
+`--max-new-tokens` new tokens per prompt (end-of-turn is ignored), so generated tokens/s compare fairly:
+
+  one-by-one  `model.generate` on one prompt at a time (the floor);
+  bare        one left-padded `model.generate` call over the whole batch (the limit);
+  engine      `Engine.run` with a one-act workflow, `max_concurrent` = batch size: the policy requests of all
+              episodes go to `LocalChatModel.chat` as one batch (its own KV-cache decoding loop).
+
+It prints tokens/s per batch size (8, 16, 32 by default) and the ratios engine/bare (the engine should keep
+>= 0.90 of the limit) and engine/one-by-one (its advantage, which should grow with the batch size).
+
+    .venv/bin/python bench/rollout.py --quick       # ~2 minutes on 2 cores
+    .venv/bin/python bench/rollout.py --device cuda --batch-sizes 8 16 32 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+TOPICS = [
+    "the water cycle",
+    "photosynthesis",
+    "the Roman Empire",
+    "black holes",
+    "the printing press",
+    "volcanoes",
+    "the human heart",
+    "jazz music",
+    "the Great Wall of China",
+    "honey bees",
+    "the internet",
+    "glaciers",
+    "the French Revolution",
+    "electric cars",
+    "coral reefs",
+    "the Moon landing",
+    "chess",
+    "the Amazon rainforest",
+    "vaccines",
+    "the Olympic Games",
+    "tea",
+    "earthquakes",
+    "the Renaissance",
+    "solar panels",
+    "whales",
+    "the Silk Road",
+    "rainbows",
+    "the piano",
+    "deserts",
+    "the telescope",
+    "bread making",
+    "the Nile river",
+    "penguins",
+    "the steam engine",
+    "lightning",
+    "origami",
+]
+
+
+def prompts(n: int) -> list[list[dict[str, str]]]:
+    """`n` chat prompts of similar length (one user message each)."""
+    return [
+        [{"role": "user", "content": f"Write a detailed paragraph about {TOPICS[i % len(TOPICS)]}."}]
+        for i in range(n)
+    ]
+
+
+def parse_text(text: str):
+    """The bench workflow's parser: the whole text is the answer."""
+    from ragteam.types import Action
+
+    return Action("answer", value=text)
+
+
+class OneAct:
+    """A trivial workflow: the policy answers the prompt in one act (`max_tokens` tokens)."""
+
+    name = "one-act"
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+
+    def run(self, question):
+        from ragteam.rollout.requests import Act, Answer
+
+        messages = [{"role": "user", "content": question.question}]
+        out = yield Act("answer", messages, parse_text, max_tokens=self.max_tokens)
+        return Answer(out.text)
+
+
+def bare_generate(chat_model, batch: list[list[int]], max_new_tokens: int) -> int:
+    """One left-padded greedy `model.generate` over `batch` (prompt ids); returns generated tokens."""
+    import torch
+
+    model, pad = chat_model.model, chat_model.pad_id
+    width = max(len(p) for p in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, p in enumerate(batch):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        attn[i, width - len(p) :] = 1
+    dev = chat_model.device
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids.to(dev),
+            attention_mask=attn.to(dev),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,  # ignore end-of-turn: every row generates exactly max_new_tokens
+            do_sample=False,
+            pad_token_id=pad,
+        )
+    return int((out.shape[1] - width) * len(batch))
+
+
+def engine_generate(chat_model, texts: list[str], max_new_tokens: int) -> tuple[int, dict]:
+    """The engine over one-act episodes, all in flight at once: generated tokens and the call counts."""
+    from ragteam.rollout.config import RolloutConfig
+    from ragteam.rollout.engine import Engine
+    from ragteam.types import Question
+
+    questions = [Question(id=str(i), question=t, golden_answers=[]) for i, t in enumerate(texts)]
+    cfg = RolloutConfig(max_concurrent=len(texts), max_tokens=max_new_tokens, temperature=0.0)
+    engine = Engine(chat_model, None, None, cfg)
+    report = engine.run(OneAct(max_new_tokens), questions)
+    if report.failed:
+        raise RuntimeError(f"engine episodes failed: {report.failures}")
+    tokens = sum(n.completion.completion_tokens for ep in report.episodes for n in ep.policy_nodes())
+    if engine.calls["policy_batches"] != 1:
+        raise RuntimeError(f"expected one policy batch, got {dict(engine.calls)}")
+    return tokens, dict(engine.calls)
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer tokens and one-by-one prompts (~2 minutes)")
+    ap.add_argument("--model", default="smollm2", help="smollm2, tiny or a Hugging Face folder")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32])
+    ap.add_argument(
+        "--max-new-tokens", type=int, default=None, help="tokens per prompt (default 48; quick 24)"
+    )
+    ap.add_argument(
+        "--one-by-one", type=int, default=None, help="prompts timed one by one (default 8; quick 4)"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; the fastest run of each is kept")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    args = ap.parse_args(argv)
+    max_new = args.max_new_tokens or (24 if args.quick else 48)
+    n_single = args.one_by_one or (4 if args.quick else 8)
+    repeats = max(1, args.repeats)
+
+    from ragteam.config import setup_caches
+
+    setup_caches()
+    import torch
+
+    from ragteam.llm.local import LocalChatModel
+
+    t0 = time.perf_counter()
+    chat_model = LocalChatModel(args.model, device=args.device, max_batch_size=max(args.batch_sizes))
+    load_s = time.perf_counter() - t0
+    # Ignore end-of-turn in the engine's backend too, so it generates exactly max_new tokens per prompt.
+    chat_model.eos_ids = frozenset()
+    n_max = max(args.batch_sizes)
+    chats = prompts(n_max)
+    ids = [chat_model.prompt_ids(c) for c in chats]
+    texts = [c[0]["content"] for c in chats]
+    print(
+        f"model {chat_model.name} on {chat_model.device} ({torch.get_num_threads()} threads), loaded in "
+        f"{load_s:.1f} s; {max_new} new tokens per prompt (EOS ignored), greedy; prompts of "
+        f"{min(map(len, ids))}-{max(map(len, ids))} tokens",
+        flush=True,
+    )
+
+    bare_generate(chat_model, ids[:2], 4)  # warm up both paths
+    engine_generate(chat_model, texts[:2], 4)
+
+    # Each measurement is repeated and the fastest run kept (the machine may be shared); bare and engine
+    # alternate which goes first in each round so that neither always runs on a warmer or quieter machine.
+    best: dict[tuple[str, int], float] = {}
+    tokens: dict[tuple[str, int], int] = {}
+
+    def measure(key: tuple[str, int], fn, *fn_args) -> None:
+        got, seconds = timed(fn, *fn_args)
+        if isinstance(got, tuple):
+            got = got[0]
+        tokens[key] = got
+        best[key] = min(seconds, best.get(key, float("inf")))
+
+    def single(prompt_ids: list[list[int]]) -> int:
+        return sum(bare_generate(chat_model, [p], max_new) for p in prompt_ids)
+
+    for rep in range(repeats):
+        measure(("one", 1), single, ids[:n_single])
+        for b in args.batch_sizes:
+            order = [("bare", bare_generate, ids[:b]), ("engine", engine_generate, texts[:b])]
+            for name, fn, inputs in order if rep % 2 == 0 else order[::-1]:
+                measure((name, b), fn, chat_model, inputs, max_new)
+            if tokens[("engine", b)] != tokens[("bare", b)]:
+                raise RuntimeError(
+                    f"batch {b}: engine generated {tokens[('engine', b)]} tokens, bare {tokens[('bare', b)]}"
+                )
+        print(f"round {rep + 1}/{repeats} done", flush=True)
+
+    single_tps = tokens[("one", 1)] / best[("one", 1)]
+    print(f"one-by-one over {n_single} prompts: {single_tps:.1f} tokens/s", flush=True)
+    rows = []
+    for b in args.batch_sizes:
+        row = {
+            "batch": b,
+            "tokens": tokens[("bare", b)],
+            "one_by_one_tps": single_tps,
+            "bare_tps": tokens[("bare", b)] / best[("bare", b)],
+            "engine_tps": tokens[("engine", b)] / best[("engine", b)],
+            "bare_s": best[("bare", b)],
+            "engine_s": best[("engine", b)],
+        }
+        row["engine_over_bare"] = row["engine_tps"] / row["bare_tps"]
+        row["engine_over_one_by_one"] = row["engine_tps"] / single_tps
+        row["bare_over_one_by_one"] = row["bare_tps"] / single_tps
+        rows.append(row)
+
+    print()
+    print(
+        "| batch | one-by-one tok/s | bare generate tok/s | engine tok/s "
+        "| bare/one-by-one | engine/bare | engine/one-by-one |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['batch']} | {r['one_by_one_tps']:.1f} | {r['bare_tps']:.1f} | {r['engine_tps']:.1f} | "
+            f"{r['bare_over_one_by_one']:.2f} | "
+            f"{r['engine_over_bare']:.2f} | {r['engine_over_one_by_one']:.2f} |"
+        )
+    worst = min(r["engine_over_bare"] for r in rows)
+    print(f"\nengine keeps {worst:.0%} of bare batched generation at worst (target >= 90%)")
+    if args.json is not None:
+        meta = {
+            "repeats": repeats,
+            "one_by_one_prompts": n_single,
+            "model": chat_model.name,
+            "device": str(chat_model.device),
+            "max_new_tokens": max_new,
+            "threads": torch.get_num_threads(),
+            "python": platform.python_version(),
+        }
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""`ragteam serve llm`: serve a local model over the OpenAI chat-completions API, batching concurrent requests."""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+from pydantic import Field
+
+from ragteam.config import Config as BaseConfig
+
+
+class Config(BaseConfig):
+    """Settings of `ragteam serve llm`."""
+
+    model: str = Field(
+        "smollm2",
+        description="'smollm2' (packaged SmolLM2-135M-Instruct, converted once), 'tiny' (random test model) "
+        "or a Hugging Face model folder",
+    )
+    served_name: str | None = Field(
+        None, description="model name clients must send (default: the --model value, or the folder's name)"
+    )
+    host: str = Field("127.0.0.1", description="interface to listen on (0.0.0.0 for every interface)")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weight dtype")
+    lora: str | None = Field(None, description="folder of a LoRA adapter (peft) to apply")
+    max_batch_size: int = Field(32, ge=1, description="most requests gathered into one generate call")
+    batch_wait_ms: float = Field(
+        5.0, ge=0, description="how long to wait for more requests before starting a batch"
+    )
+    max_n: int = Field(16, ge=1, description="largest n (samples per request) accepted")
+    max_tokens_limit: int = Field(4096, ge=1, description="largest max_tokens accepted")
+
+
+def run(cfg: Config) -> int:
+    import uvicorn
+
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.llm.server import make_app
+
+    model = LocalChatModel(
+        cfg.model, device=cfg.device, dtype=cfg.dtype, lora=cfg.lora, max_batch_size=cfg.max_batch_size
+    )
+    name = cfg.served_name or model.name
+    app = make_app(
+        model,
+        name,
+        max_batch_size=cfg.max_batch_size,
+        batch_wait_ms=cfg.batch_wait_ms,
+        max_n=cfg.max_n,
+        max_tokens_limit=cfg.max_tokens_limit,
+    )
+    print(
+        f"ragteam: serving {name!r} ({model.path}, {model.device}) at http://{cfg.host}:{cfg.port}/v1",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="info")
+    return 0

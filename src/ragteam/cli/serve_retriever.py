@@ -1,0 +1,70 @@
+"""`ragteam serve retriever`: serve an index folder with Search-R1's `POST /retrieve` contract.
+
+    ragteam serve retriever --index indexes/hotpot --kind hybrid --port 8001
+    curl -s localhost:8001/retrieve -d '{"queries": ["Kiss and Tell actress"], "topk": 3, "return_scores": true}'
+
+Concurrent requests are gathered into one batched search; bad input gets a 4xx JSON answer naming the field.
+`--port 0` picks a free port; the first line printed is `serving on http://HOST:PORT`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ragteam.config import Config as BaseConfig
+
+
+class Config(BaseConfig):
+    """Settings of `ragteam serve retriever`."""
+
+    index: str = Field(..., description="index folder built by `ragteam index`")
+    kind: Literal["bm25", "dense", "hybrid"] | None = Field(
+        None,
+        description="retriever to serve (default: hybrid when the folder has both indexes, else its one)",
+    )
+    host: str = Field("127.0.0.1", description="interface to listen on (0.0.0.0 for every interface)")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
+    dense_backend: Literal["exact", "faiss"] = Field(
+        "exact", description="dense search: exact or faiss (HNSW)"
+    )
+    max_queries: int = Field(256, ge=1, description="most queries accepted in one request")
+    max_query_chars: int = Field(4096, ge=1, description="longest query accepted, in characters")
+    max_topk: int = Field(100, ge=1, description="largest topk accepted")
+    max_body_bytes: int = Field(2_000_000, ge=1024, description="largest request body accepted, in bytes")
+    batch_window_ms: float = Field(
+        2.0, ge=0, description="how long to gather concurrent requests into a batch"
+    )
+    max_batch: int = Field(512, ge=1, description="most queries searched in one batch")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "warning", description="uvicorn log level"
+    )
+
+
+def run(cfg: Config) -> int:
+    from ragteam.retrieval.config import RetrieverConfig
+    from ragteam.retrieval.factory import retriever_from_index
+    from ragteam.retrieval.index import open_index
+    from ragteam.retrieval.server import Limits, make_app, serve
+
+    folder = open_index(cfg.index)
+    kind = cfg.kind or ("hybrid" if {"bm25", "dense"} <= set(folder.kinds) else folder.kinds[0])
+    retriever = retriever_from_index(folder, RetrieverConfig(kind=kind, dense_backend=cfg.dense_backend))
+    if kind != "bm25":  # load the query encoder now, not on the first request
+        retriever.search(["warm up"], 1)
+    limits = Limits(
+        max_queries=cfg.max_queries,
+        max_query_chars=cfg.max_query_chars,
+        max_topk=cfg.max_topk,
+        max_body_bytes=cfg.max_body_bytes,
+    )
+    app = make_app(retriever, limits, batch_window_ms=cfg.batch_window_ms, max_batch=cfg.max_batch)
+    serve(
+        app,
+        cfg.host,
+        cfg.port,
+        log_level=cfg.log_level,
+        announce=[f"ragteam: {kind} retriever over {len(folder)} passages of {folder.path}"],
+    )
+    return 0

@@ -1,0 +1,235 @@
+"""Raw records of a data file, each with the line it starts on, for errors that name file and line.
+
+Handles JSON Lines (`.jsonl`, `.jsonl.gz`), JSON (a top-level array, or an object holding the array under
+`data` / `Data` / `questions`), and tab- or comma-separated files with a header row (`.tsv`, `.csv`).
+Malformed JSON and short rows come back as `BadRecord` values instead of raising, so that a reader can
+either stop with a clear message or skip and count them.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+# Keys under which a top-level JSON object keeps its list of records (SQuAD-style and TriviaQA's "Data").
+WRAPPER_KEYS = ("data", "Data", "questions", "records")
+# Rows allowed above the header of a TSV/CSV file before it is an error.
+PREAMBLE_ROWS = 5
+
+
+class RecordError(ValueError):
+    """A record that does not fit its format; `str()` is `FILE:LINE: message`."""
+
+    def __init__(self, path: str | Path, line: int, message: str):
+        self.path, self.line, self.message = str(path), line, message
+        super().__init__(f"{path}:{line}: {message}")
+
+
+class FieldError(ValueError):
+    """Raised by parsers for one bad field; the reader adds file and line (-> RecordError)."""
+
+    def __init__(self, field: str, problem: str):
+        self.field, self.problem = field, problem
+        super().__init__(f"field '{field}' {problem}")
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that could not even be decoded (invalid JSON, a row that is not an object)."""
+
+    message: str
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Open a text file for reading as UTF-8 (a leading BOM is dropped), transparently decompressing `.gz`."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if p.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", newline="")
+    return open(p, encoding="utf-8-sig", newline="")
+
+
+def base_suffix(path: str | Path) -> str:
+    """The file's extension without a trailing `.gz`: `a.jsonl.gz` -> `.jsonl`."""
+    p = Path(path)
+    if p.suffix == ".gz":
+        p = p.with_suffix("")
+    return p.suffix.lower()
+
+
+def iter_records(
+    path: str | Path, header_key: str = "question", quoted_tsv: bool = False
+) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+    """Yield `(line, record)` for every record of the file; `record` is a dict or a `BadRecord`.
+
+    In TSV/CSV files the header is the first row with a column named `header_key` (any case). CSV fields
+    may be quoted; TSV fields only with `quoted_tsv` (DPR's passage TSV quotes, benchmark exports do not).
+    """
+    suffix = base_suffix(path)
+    if suffix in (".tsv", ".csv"):
+        yield from _iter_delimited(path, "\t" if suffix == ".tsv" else ",", header_key, quoted_tsv)
+        return
+    if _is_json_document(path):
+        with open_text(path) as f:
+            text = f.read()
+        yield from _iter_json_document(path, text)
+        return
+    with open_text(path) as f:  # JSON Lines: streamed, so that corpora of millions of passages fit
+        yield from _iter_jsonl(f)
+
+
+def _is_json_document(path: str | Path) -> bool:
+    """Whether the file is one JSON value (an array, or an object wrapping the records), not JSON Lines."""
+    with open_text(path) as f:
+        first_line = ""
+        for line in f:
+            if line.strip():
+                first_line = line.strip()
+                break
+    if first_line.startswith("["):
+        return True
+    if not first_line.startswith("{"):
+        return False
+    try:
+        obj = json.loads(first_line)
+    except json.JSONDecodeError:
+        return True  # an object spread over several lines: a pretty-printed document
+    return isinstance(obj, dict) and any(isinstance(obj.get(k), list) for k in WRAPPER_KEYS)
+
+
+def _iter_jsonl(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield n, BadRecord(f"not valid JSON ({e.msg} at column {e.colno})")
+            continue
+        yield (
+            n,
+            rec if isinstance(rec, dict) else BadRecord(f"expected a JSON object, got {type(rec).__name__}"),
+        )
+
+
+class _Scanner:
+    """Walks a JSON document element by element so that each record keeps its starting line."""
+
+    def __init__(self, text: str):
+        self.text, self.pos, self.line, self._line_pos = text, 0, 1, 0
+        self.decoder = json.JSONDecoder()
+
+    def skip_ws(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
+            self.pos += 1
+
+    def line_at(self, pos: int) -> int:
+        self.line += self.text.count("\n", self._line_pos, pos)
+        self._line_pos = pos
+        return self.line
+
+    def expect(self, char: str) -> bool:
+        self.skip_ws()
+        if self.text.startswith(char, self.pos):
+            self.pos += 1
+            return True
+        return False
+
+    def value(self) -> Any:
+        self.skip_ws()
+        obj, self.pos = self.decoder.raw_decode(self.text, self.pos)
+        return obj
+
+
+def _iter_json_document(path: str | Path, text: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+    sc = _Scanner(text)
+    try:
+        sc.skip_ws()
+        if sc.expect("{"):
+            if not _seek_wrapped_array(sc):
+                raise RecordError(
+                    path, 1, f"a JSON object without a list of records under any of {list(WRAPPER_KEYS)}"
+                )
+        elif not sc.expect("["):
+            raise RecordError(path, 1, "expected a JSON array of records")
+        if sc.expect("]"):
+            return
+        while True:
+            sc.skip_ws()
+            line = sc.line_at(sc.pos)
+            rec = sc.value()
+            yield (
+                line,
+                rec
+                if isinstance(rec, dict)
+                else BadRecord(f"expected a JSON object, got {type(rec).__name__}"),
+            )
+            if sc.expect(","):
+                continue
+            if sc.expect("]"):
+                return
+            raise json.JSONDecodeError("expected ',' or ']' after a record", text, sc.pos)
+    except json.JSONDecodeError as e:
+        # The rest of the document cannot be located reliably: report it as one bad record and stop.
+        yield (
+            e.lineno,
+            BadRecord(f"not valid JSON ({e.msg} at column {e.colno}); the rest of the file was not read"),
+        )
+
+
+def _seek_wrapped_array(sc: _Scanner) -> bool:
+    """Inside a top-level object: move to the start of the array held by a wrapper key, if any."""
+    if sc.expect("}"):
+        return False
+    while True:
+        key = sc.value()
+        if not sc.expect(":"):
+            raise json.JSONDecodeError("expected ':'", sc.text, sc.pos)
+        sc.skip_ws()
+        if key in WRAPPER_KEYS and sc.text.startswith("[", sc.pos):
+            sc.pos += 1
+            return True
+        sc.value()
+        if sc.expect(","):
+            continue
+        return False
+
+
+def _iter_delimited(
+    path: str | Path, delimiter: str, header_key: str, quoted_tsv: bool
+) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+    # TSV exports (Bamboogle, PopQA) do not quote fields; CSV files (FreshQA) do, and may hold newlines.
+    quoting = csv.QUOTE_NONE if delimiter == "\t" and not quoted_tsv else csv.QUOTE_MINIMAL
+    with open_text(path) as f:
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        header: list[str] | None = None
+        preamble: list[list[str]] = []
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if header is None:
+                # The header is the first row naming the key column (FreshQA's CSV has note rows above it).
+                if any(c.strip().lower() == header_key for c in row):
+                    header = [h.strip() for h in row]
+                elif len(preamble) < PREAMBLE_ROWS:
+                    preamble.append(row)
+                    continue
+                else:
+                    raise RecordError(path, 1, f"no header row naming a {header_key!r} column")
+                continue
+            line = reader.line_num
+            if len(row) > len(header) and any(c.strip() for c in row[len(header) :]):
+                yield line, BadRecord(f"{len(row)} columns but the header has {len(header)}")
+                continue
+            rec: dict[str, Any] = {}
+            for name, cell in zip(header, row):
+                if name and name not in rec:  # unnamed spacer columns (Bamboogle's TSV) are dropped
+                    rec[name] = cell
+            yield line, rec

@@ -1,0 +1,264 @@
+"""Per-workflow statistics over episode trees: pure functions, no I/O.
+
+Every function takes a sequence of `Episode`s (as read back from an `episodes.jsonl`) and returns plain
+JSON-able dicts, so `metrics.json`, `report.md` and the plots all show the same numbers.
+
+Conventions:
+- the *primary leaf* of an episode is its first answer leaf (the only one in an unbranched run); depth,
+  retrieval rounds and strategy are read on the path to it, for episodes that did not fail;
+- costs (model calls, tokens, retrievals, invalid actions) count every node of the tree;
+- an episode's latency is its wall time `meta["seconds"]` when the engine records it, else the sum of its
+  nodes' `seconds` (an upper bound when calls were batched with other episodes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ragteam.rollout.tree import Episode, Node
+
+WALL_TIME_KEY = "seconds"
+"""Key of `Episode.meta` that holds the episode's wall time in seconds, when the engine records it."""
+
+
+def primary_leaf(ep: Episode) -> Node | None:
+    """The first answer leaf of `ep`, or None when the episode has none (e.g. it failed early)."""
+    leaves = ep.leaves()
+    return leaves[0] if leaves else None
+
+
+def finished_leaf(ep: Episode) -> Node | None:
+    """The primary leaf of an episode that did not fail (the engine adds a `failed` leaf to failed ones)."""
+    leaf = primary_leaf(ep)
+    if leaf is None or ep.status == "failed" or leaf.status == "failed":
+        return None
+    return leaf
+
+
+def policy_depth(ep: Episode) -> int | None:
+    """Number of policy acts on the path to the primary leaf (None if the episode failed)."""
+    leaf = finished_leaf(ep)
+    if leaf is None:
+        return None
+    return sum(1 for n in ep.path(leaf.id) if n.kind == "policy")
+
+
+def retrieval_rounds(ep: Episode) -> int | None:
+    """Number of retrieve nodes on the path to the primary leaf (None if the episode failed)."""
+    leaf = finished_leaf(ep)
+    if leaf is None:
+        return None
+    return sum(1 for n in ep.path(leaf.id) if n.kind == "retrieve")
+
+
+def strategy_of(ep: Episode) -> str | None:
+    """The workflow's `Answer.info["strategy"]` recorded on the primary leaf (C-3PO), if any."""
+    leaf = finished_leaf(ep)
+    if leaf is None:
+        return None
+    value = leaf.info.get("strategy")
+    return str(value) if value is not None else None
+
+
+def episode_seconds(ep: Episode) -> float:
+    """Wall time of one episode: `meta["seconds"]` if recorded, else the sum of its nodes' seconds."""
+    recorded = ep.meta.get(WALL_TIME_KEY)
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+        return float(recorded)
+    return float(sum(n.seconds for n in ep.nodes))
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0 <= q <= 1) of `values` with linear interpolation between order statistics."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def histogram(values: Sequence[int]) -> dict[str, int]:
+    """Counts of each integer value, keys as strings (JSON), in increasing order of the value."""
+    counts = Counter(values)
+    return {str(v): counts[v] for v in sorted(counts)}
+
+
+def distribution(values: Sequence[int]) -> dict[str, Any]:
+    """Histogram, mean and max of integer values (e.g. policy depth per question)."""
+    return {
+        "histogram": histogram(values),
+        "mean": _mean(values),
+        "max": max(values) if values else 0,
+        "n": len(values),
+    }
+
+
+def strategy_stats(episodes: Sequence[Episode]) -> dict[str, Any] | None:
+    """Counts and ratios of the recorded strategies over episodes with a leaf; None if none records one."""
+    strategies = [s for s in (strategy_of(ep) for ep in episodes) if s is not None]
+    if not strategies:
+        return None
+    counts = Counter(strategies)
+    total = len(strategies)
+    order = sorted(counts, key=lambda s: (-counts[s], s))
+    return {
+        "counts": {s: counts[s] for s in order},
+        "ratio": {s: counts[s] / total for s in order},
+        "n": total,
+    }
+
+
+def invalid_action_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Policy acts and invalid (unparseable, fallback taken) acts, in total and by role, with rates."""
+    acts: Counter[str] = Counter()
+    invalid: Counter[str] = Counter()
+    for ep in episodes:
+        for node in ep.policy_nodes():
+            acts[node.role] += 1
+            if node.action is not None and not node.action.valid:
+                invalid[node.role] += 1
+    by_role = {
+        role: {"acts": acts[role], "invalid": invalid[role], "rate": invalid[role] / acts[role]}
+        for role in sorted(acts)
+    }
+    total_acts, total_invalid = sum(acts.values()), sum(invalid.values())
+    return {
+        "acts": total_acts,
+        "invalid": total_invalid,
+        "rate": total_invalid / total_acts if total_acts else 0.0,
+        "by_role": by_role,
+    }
+
+
+def action_kinds(episodes: Sequence[Episode]) -> dict[str, dict[str, int]]:
+    """How often each role chose each action kind (e.g. router: retrieval / planning / no_retrieval)."""
+    out: dict[str, Counter[str]] = {}
+    for ep in episodes:
+        for node in ep.policy_nodes():
+            kind = node.action.kind if node.action is not None else "(none)"
+            out.setdefault(node.role, Counter())[kind] += 1
+    return {role: dict(sorted(out[role].items())) for role in sorted(out)}
+
+
+def penalty_stats(episodes: Sequence[Episode]) -> dict[str, dict[str, float]]:
+    """Per role: acts with a nonzero per-role penalty (MMOA-RAG), and the mean penalty per act."""
+    acts: Counter[str] = Counter()
+    hit: Counter[str] = Counter()
+    total: dict[str, float] = {}
+    for ep in episodes:
+        for node in ep.policy_nodes():
+            acts[node.role] += 1
+            p = node.action.penalty if node.action is not None else 0.0
+            if p:
+                hit[node.role] += 1
+                total[node.role] = total.get(node.role, 0.0) + p
+    return {
+        role: {"penalized": hit[role], "mean": total[role] / acts[role]} for role in sorted(acts) if hit[role]
+    }
+
+
+MAX_CATEGORIES = 20
+"""A leaf-info key with more distinct string values than this (free text, e.g. a roadmap) is not tabulated."""
+
+
+def answer_info_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """What the workflows record in `Answer.info`, over finished episodes: counts of each value of a
+    categorical key (str / bool: strategy, stop, agent...), mean and max of a numeric key (rounds, steps...);
+    dicts of numbers (MMOA penalties) become `key.sub`. Lists and free text are left out."""
+    categorical: dict[str, Counter[str]] = {}
+    numeric: dict[str, list[float]] = {}
+
+    def add(key: str, value: Any) -> None:
+        if isinstance(value, (bool, str)):
+            categorical.setdefault(key, Counter())[
+                str(value).lower() if isinstance(value, bool) else value
+            ] += 1
+        elif isinstance(value, (int, float)):
+            numeric.setdefault(key, []).append(float(value))
+
+    for ep in episodes:
+        leaf = finished_leaf(ep)
+        if leaf is None:
+            continue
+        for key, value in leaf.info.items():
+            if isinstance(value, dict):
+                for sub, v in value.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        add(f"{key}.{sub}", v)
+            else:
+                add(key, value)
+    return {
+        "counts": {
+            k: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+            for k, c in sorted(categorical.items())
+            if len(c) <= MAX_CATEGORIES
+        },
+        "numeric": {k: {"mean": _mean(v), "max": max(v), "n": len(v)} for k, v in sorted(numeric.items())},
+    }
+
+
+def cost_per_question(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Mean per question of model calls, prompt/completion tokens (policy and LLM apart) and retrievals."""
+    n = len(episodes)
+    calls = {"policy": 0, "llm": 0, "retrieve": 0, "retrieve_queries": 0}
+    tokens = {"policy": {"prompt": 0, "completion": 0}, "llm": {"prompt": 0, "completion": 0}}
+    for ep in episodes:
+        for node in ep.nodes:
+            if node.kind in ("policy", "llm"):
+                calls[node.kind] += 1
+                if node.completion is not None:
+                    tokens[node.kind]["prompt"] += node.completion.prompt_tokens
+                    tokens[node.kind]["completion"] += node.completion.completion_tokens
+            elif node.kind == "retrieve":
+                calls["retrieve"] += 1
+                calls["retrieve_queries"] += len(node.queries or [])
+    per = (lambda x: x / n) if n else (lambda x: 0.0)
+    return {
+        "calls": {k: per(v) for k, v in calls.items()},
+        "tokens": {who: {k: per(v) for k, v in t.items()} for who, t in tokens.items()},
+        "totals": {"calls": calls, "tokens": tokens},
+    }
+
+
+def latency_stats(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Mean, median, 90th percentile, max and total of the per-question latency in seconds."""
+    secs = [episode_seconds(ep) for ep in episodes]
+    return {
+        "mean": _mean(secs),
+        "p50": quantile(secs, 0.5),
+        "p90": quantile(secs, 0.9),
+        "max": max(secs) if secs else 0.0,
+        "total": float(sum(secs)),
+    }
+
+
+def workflow_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """All statistics of one workflow's run; depth and strategy over the episodes that did not fail."""
+    depths = [d for d in (policy_depth(ep) for ep in episodes) if d is not None]
+    rounds = [r for r in (retrieval_rounds(ep) for ep in episodes) if r is not None]
+    leaf_status = Counter(leaf.status for leaf in (primary_leaf(ep) for ep in episodes) if leaf is not None)
+    out: dict[str, Any] = {
+        "episodes": len(episodes),
+        "episode_status": dict(sorted(Counter(ep.status for ep in episodes).items())),
+        "leaf_status": dict(sorted(leaf_status.items())),
+        "depth": distribution(depths),
+        "retrieval_rounds": distribution(rounds),
+        "invalid_actions": invalid_action_stats(episodes),
+        "actions": action_kinds(episodes),
+        "penalties": penalty_stats(episodes),
+        "answer_info": answer_info_stats(episodes),
+        "per_question": cost_per_question(episodes),
+        "latency_seconds": latency_stats(episodes),
+    }
+    strategies = strategy_stats(episodes)
+    if strategies is not None:
+        out["strategy"] = strategies
+    return out

@@ -1,0 +1,46 @@
+"""ModelConfig: which chat model to use and how to reach it (a local transformers model or an HTTP server)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ragteam.config import Config
+
+
+class ModelConfig(Config):
+    """A chat model: `local` runs a Hugging Face model in-process; `openai` calls an OpenAI-compatible server."""
+
+    backend: Literal["local", "openai"] = Field(
+        "local", description="local: transformers in this process; openai: an OpenAI-compatible HTTP server"
+    )
+    model: str = Field(
+        "smollm2",
+        description="local: 'smollm2' (packaged SmolLM2-135M-Instruct, converted once), 'tiny' (random test "
+        "model) or a Hugging Face model folder; openai: the served model name",
+    )
+    base_url: str | None = Field(
+        None,
+        description="openai backend: server URL, e.g. http://127.0.0.1:8000/v1 (/v1 is added to a bare host)",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai backend: environment variable holding the API key"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="local backend: auto picks cuda when available"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="local backend: weight dtype"
+    )
+    lora: str | None = Field(None, description="local backend: folder of a LoRA adapter (peft) to apply")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="local backend on CPU: torch intra-op threads for this process (default: torch's choice; "
+        "1 is often fastest on a small, busy machine)",
+    )
+    max_batch_size: int = Field(32, ge=1, description="local backend: most sequences decoded together")
+    concurrency: int = Field(16, ge=1, description="openai backend: most requests in flight at once")
+    timeout: float = Field(120.0, gt=0, description="openai backend: seconds per HTTP request")
+    retries: int = Field(3, ge=0, description="openai backend: retries on connection errors, 5xx and 429")

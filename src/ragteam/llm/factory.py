@@ -1,0 +1,34 @@
+"""Build a ChatModel from a ModelConfig."""
+
+from __future__ import annotations
+
+from ragteam.llm.base import ChatModel
+from ragteam.llm.config import ModelConfig
+
+
+def build_chat_model(cfg: ModelConfig) -> ChatModel:
+    """A LocalChatModel or an OpenAIChatModel as `cfg.backend` says; raises ValueError on an incomplete config."""
+    if cfg.backend == "local":
+        from ragteam.llm.local import LocalChatModel
+
+        if cfg.threads is not None:
+            import torch
+
+            torch.set_num_threads(cfg.threads)  # process-wide: the last local model built sets it
+        return LocalChatModel(
+            cfg.model, device=cfg.device, dtype=cfg.dtype, lora=cfg.lora, max_batch_size=cfg.max_batch_size
+        )
+    if cfg.backend == "openai":
+        if not cfg.base_url:
+            raise ValueError("model config: backend 'openai' needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        from ragteam.llm.openai_http import OpenAIChatModel
+
+        return OpenAIChatModel(
+            cfg.base_url,
+            cfg.model,
+            api_key_env=cfg.api_key_env,
+            concurrency=cfg.concurrency,
+            timeout=cfg.timeout,
+            retries=cfg.retries,
+        )
+    raise ValueError(f"model config: unknown backend {cfg.backend!r} (local or openai)")

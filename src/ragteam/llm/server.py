@@ -1,0 +1,312 @@
+"""An OpenAI-compatible chat server over any ChatModel, batching concurrent requests into one `chat()` call.
+
+Routes: `POST /v1/chat/completions` (messages, temperature, top_p, max_tokens / max_completion_tokens, stop,
+n, seed; no streaming), `GET /v1/models`, `GET /health` (with the batching counters).
+
+Batching: requests go into a queue; a single loop takes the first waiting request, gathers whatever else arrives
+within `batch_wait_ms` (up to `max_batch_size` requests) and runs `model.chat(batch)` in a worker thread. While a
+batch decodes, new requests queue up and form the next batch, so under load batches fill by themselves.
+
+Errors are OpenAI-shaped `{"error": {"message", "type", "param"}}`: 400 for bad JSON or bad fields, 404 for an
+unknown model name, 413 for an oversize body, 500 when the model fails a request. The server never dies on input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any, Literal, Self
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, ModelError, Sampling
+
+
+class _TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class _MessageIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant"]
+    content: str | list[_TextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatCompletionBody(BaseModel):
+    """The fields of an OpenAI chat-completions request this server honours (others are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    messages: list[_MessageIn] = Field(min_length=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    n: int = Field(1, ge=1)
+    seed: int | None = None
+    stream: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 16:
+            raise ValueError("at most 16 stop strings")
+        return v
+
+
+class Batcher:
+    """Gathers concurrent requests into batches for one `model.chat` call at a time (run in a worker thread)."""
+
+    def __init__(self, model: ChatModel, max_batch_size: int, batch_wait_ms: float) -> None:
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.wait_s = batch_wait_ms / 1000.0
+        self.queue: asyncio.Queue[tuple[ChatRequest, asyncio.Future]] | None = None
+        self.batch_sizes: Counter[int] = Counter()
+        self.requests = 0
+
+    @property
+    def batches(self) -> int:
+        return sum(self.batch_sizes.values())
+
+    @property
+    def max_batch_seen(self) -> int:
+        return max(self.batch_sizes, default=0)
+
+    async def submit(self, req: ChatRequest) -> ChatResult:
+        assert self.queue is not None, "the batching loop is not running"
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self.queue.put((req, fut))
+        return await fut
+
+    async def run(self) -> None:
+        self.queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self.queue.get()]
+            deadline = loop.time() + self.wait_s
+            while len(batch) < self.max_batch_size:
+                try:
+                    batch.append(self.queue.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self.queue.get(), left))
+                except TimeoutError:
+                    break
+            batch = [(r, f) for r, f in batch if not f.cancelled()]  # clients that gave up
+            if not batch:
+                continue
+            self.batch_sizes[len(batch)] += 1
+            self.requests += len(batch)
+            try:
+                results = await asyncio.to_thread(self.model.chat, [r for r, _ in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"model returned {len(results)} results for {len(batch)} requests")
+            except Exception as e:  # noqa: BLE001 - a crashing model fails this batch, not the server
+                results = [
+                    ModelError(f"{type(e).__name__}: {e}", where=getattr(self.model, "name", "model"))
+                ] * len(batch)
+            for (_, fut), res in zip(batch, results):
+                if not fut.done():
+                    fut.set_result(res)
+
+
+def _error(
+    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
+
+
+def _validation_message(e: ValidationError) -> tuple[str, str | None]:
+    parts = []
+    first = None
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        first = first or loc
+        parts.append(f"{loc}: {err['msg']}")
+    return "invalid request: " + "; ".join(parts), first
+
+
+def make_app(
+    model: ChatModel,
+    served_name: str,
+    max_batch_size: int | None = None,
+    batch_wait_ms: float = 5.0,
+    max_n: int = 16,
+    max_tokens_limit: int = 4096,
+    default_max_tokens: int = 256,
+    max_body_bytes: int = 4_000_000,
+) -> FastAPI:
+    """A FastAPI app serving `model` as `served_name`; `app.state.batcher` holds the batching counters."""
+    batcher = Batcher(model, max_batch_size or int(getattr(model, "max_batch_size", 32)), batch_wait_ms)
+    created = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(batcher.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(title=f"ragteam LLM server: {served_name}", lifespan=lifespan)
+    app.state.batcher = batcher
+    app.state.served_name = served_name
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": served_name,
+            "requests": batcher.requests,
+            "batches": batcher.batches,
+            "max_batch_seen": batcher.max_batch_seen,
+            "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
+        }
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": served_name, "object": "model", "created": created, "owned_by": "ragteam"}],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        raw = await request.body()
+        if len(raw) > max_body_bytes:
+            return _error(413, f"request body of {len(raw)} bytes exceeds the limit of {max_body_bytes}")
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return _error(400, f"request body is not valid JSON: {e}")
+        if not isinstance(data, dict):
+            return _error(400, "request body must be a JSON object")
+        try:
+            body = ChatCompletionBody.model_validate(data)
+        except ValidationError as e:
+            message, param = _validation_message(e)
+            return _error(400, message, param=param)
+        if body.model is not None and body.model != served_name:
+            return _error(
+                404,
+                f"model {body.model!r} not found; this server serves {served_name!r}",
+                "not_found_error",
+                "model",
+            )
+        if body.stream:
+            return _error(400, "stream=true is not supported by this server", param="stream")
+        if body.n > max_n:
+            return _error(400, f"n must be between 1 and {max_n}, got {body.n}", param="n")
+        max_tokens = body.max_completion_tokens or body.max_tokens or default_max_tokens
+        if max_tokens > max_tokens_limit:
+            return _error(
+                400,
+                f"max_tokens must be between 1 and {max_tokens_limit}, got {max_tokens}",
+                param="max_tokens",
+            )
+        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+        sampling = Sampling(
+            temperature=body.temperature,
+            top_p=body.top_p,
+            max_tokens=max_tokens,
+            stop=stop,
+            n=body.n,
+            seed=body.seed,
+        )
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        result = await batcher.submit(ChatRequest(messages=messages, sampling=sampling))  # type: ignore[arg-type]
+        if isinstance(result, ModelError):
+            return _error(500, f"generation failed: {result}", "server_error")
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "finish_reason": c.finish_reason,
+                "logprobs": None,
+            }
+            for i, c in enumerate(result)
+        ]
+        prompt_tokens = result[0].prompt_tokens if result else 0
+        completion_tokens = sum(c.completion_tokens for c in result)
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": served_name,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
+
+    return app
+
+
+class BackgroundServer:
+    """Run an ASGI app with uvicorn in a daemon thread on 127.0.0.1 and an ephemeral port (tests, notebooks).
+
+    with BackgroundServer(make_app(model, "tiny")) as srv:
+        OpenAIChatModel(srv.url + "/v1", "tiny").chat(...)
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self.app = app
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self, timeout: float = 30.0) -> Self:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"server on {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the port (in-flight requests get a connection error)."""
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,129 @@
+"""Open a retriever from a `RetrieverConfig`: an index folder, a remote service, or a dataset's paragraphs.
+
+A dataset whose records carry paragraphs (HotpotQA, 2Wiki, MuSiQue, PopQA) gets a pooled corpus and its
+indexes built once and cached under `$RAGTEAM_HOME/indexes/<sha1 of file bytes + format>`; later calls (and
+other processes, which wait on a file lock while one builds) reuse them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from ragteam.config import ragteam_home
+from ragteam.retrieval.base import Retriever
+from ragteam.retrieval.config import RetrieverConfig
+from ragteam.retrieval.index import IndexFolder, build_index, open_index, read_manifest
+from ragteam.types import Question
+
+KIND_NEEDS = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": ("bm25", "dense")}
+
+
+def retriever_from_index(index: IndexFolder | str | Path, cfg: RetrieverConfig) -> Retriever:
+    """A retriever of kind `cfg.kind` (bm25, dense or hybrid) over an index folder."""
+    folder = index if isinstance(index, IndexFolder) else open_index(index)
+    if cfg.kind not in KIND_NEEDS:
+        raise ValueError(
+            f"retriever kind {cfg.kind!r} does not open an index folder (use bm25, dense or hybrid)"
+        )
+    missing = [k for k in KIND_NEEDS[cfg.kind] if k not in folder.kinds]
+    if missing:
+        raise ValueError(
+            f"{folder.path}: kind {cfg.kind} needs the {', '.join(missing)} index, which this folder lacks "
+            f"(it has {', '.join(folder.kinds) or 'none'}); add it with `ragteam index ... --kinds {' '.join(missing)}`"
+        )
+    from ragteam.retrieval.bm25 import BM25Retriever
+    from ragteam.retrieval.dense import DenseRetriever, Encoder
+    from ragteam.retrieval.hybrid import HybridRetriever
+
+    if cfg.kind == "bm25":
+        return BM25Retriever(folder.path, folder.docs)
+    dense = DenseRetriever(folder.path, folder.docs, Encoder(device=cfg.device), backend=cfg.dense_backend)
+    if cfg.kind == "dense":
+        return dense
+    return HybridRetriever(
+        BM25Retriever(folder.path, folder.docs),
+        dense,
+        fusion_method=cfg.fusion,
+        dense_weight=cfg.dense_weight,
+        depth=cfg.depth,
+    )
+
+
+def dataset_key(path: str | Path, fmt: str) -> str:
+    """Cache key of a dataset file read in format `fmt`: sha1 of its bytes and the format name."""
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(b"\0format=" + fmt.encode())
+    return digest.hexdigest()[:16]
+
+
+@contextmanager
+def _locked(lock_path: Path):
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def dataset_index(
+    data: str | Path,
+    fmt: str | None = None,
+    kinds: Sequence[str] = ("bm25", "dense"),
+    questions: Sequence[Question] | None = None,
+    progress: bool = True,
+) -> IndexFolder:
+    """The cached index of the paragraphs pooled from dataset `data` (built now if missing), opened."""
+    from ragteam.data.corpus import pool_corpus
+    from ragteam.data.questions import detect_format, read_questions
+
+    fmt = fmt or detect_format(data)
+    folder = ragteam_home() / "indexes" / dataset_key(data, fmt)
+    with _locked(folder.with_suffix(".lock")):
+        have: list[str] = []
+        if (folder / "manifest.json").is_file():
+            have = list(read_manifest(folder).get("kinds", []))
+        if all(k in have for k in kinds):
+            return open_index(folder)
+        if questions is None:
+            questions = read_questions(data, fmt).questions
+        docs = pool_corpus(questions)
+        if not docs:
+            raise ValueError(
+                f"{data}: its {fmt} records carry no paragraphs to pool into a corpus; "
+                "build an index from a corpus file (`ragteam index --corpus FILE`) and pass --index"
+            )
+        return build_index(
+            docs,
+            folder,
+            kinds=list(kinds),
+            progress=progress,
+            source=f"pooled from {Path(data).resolve()} ({fmt})",
+        )
+
+
+def open_retriever(cfg: RetrieverConfig, data: str | None = None, fmt: str | None = None) -> Retriever:
+    """The retriever `cfg` describes: remote (`cfg.url`), an index folder (`cfg.index`), or the cached
+    pooled-paragraph index of dataset `data` when neither is given."""
+    if cfg.kind == "remote":
+        if not cfg.url:
+            raise ValueError("retriever kind remote needs a URL (--retriever.url http://HOST:PORT)")
+        from ragteam.retrieval.remote import RemoteRetriever
+
+        return RemoteRetriever(cfg.url, timeout=cfg.timeout, retries=cfg.retries)
+    if cfg.index:
+        return retriever_from_index(cfg.index, cfg)
+    if data:
+        return retriever_from_index(dataset_index(data, fmt, kinds=KIND_NEEDS[cfg.kind]), cfg)
+    raise ValueError(
+        f"retriever kind {cfg.kind} needs an index folder (--index DIR, built by `ragteam index`) "
+        "or a dataset whose records carry paragraphs"
+    )

@@ -1,0 +1,286 @@
+"""Serve a retriever over HTTP with Search-R1's contract: `POST /retrieve {queries[], topk, return_scores}`.
+
+Concurrent requests are not served one after another: each request's queries go into a queue, and one
+worker takes everything that arrived within `batch_window_ms` (or while the previous search ran), runs ONE
+batched search in a worker thread, and hands each request its slice. The event loop never blocks, so
+requests keep being accepted and validated while a search runs.
+
+Input is validated by hand (not by a pydantic model) so that every problem gets a 4xx JSON answer
+`{"error": "...", "field": "..."}` naming the field: malformed JSON (400), a body over the size limit (413),
+wrong types, too many or too long queries, `topk` out of range (422). Any failure inside the retriever is a
+500 JSON answer for that batch; the server keeps serving. `GET /health` reports the retriever and counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from ragteam.retrieval.base import Retriever
+from ragteam.types import Hit
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for."""
+
+    max_queries: int = 256
+    max_query_chars: int = 4096
+    max_topk: int = 100
+    default_topk: int = 3  # Search-R1's default when `topk` is absent or null
+    max_body_bytes: int = 2_000_000
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP `status` with a message naming the `field`."""
+
+    def __init__(self, status: int, message: str, field: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+
+@dataclass
+class _Pending:
+    queries: list[str]
+    k: int
+    future: asyncio.Future = field(repr=False)
+
+
+def validate_request(payload: Any, limits: Limits) -> tuple[list[str], int, bool]:
+    """Check a decoded /retrieve body; return (queries, topk, return_scores) or raise RequestError (422)."""
+    if not isinstance(payload, dict):
+        raise RequestError(422, f"the body must be a JSON object, got {type(payload).__name__}")
+    queries = payload.get("queries")
+    if not isinstance(queries, list):
+        raise RequestError(422, "'queries' must be a list of strings", "queries")
+    if not queries:
+        raise RequestError(422, "'queries' is empty; send at least one query", "queries")
+    if len(queries) > limits.max_queries:
+        raise RequestError(
+            422,
+            f"'queries' holds {len(queries)} queries; at most {limits.max_queries} per request",
+            "queries",
+        )
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            raise RequestError(422, f"queries[{i}] must be a string, got {type(q).__name__}", f"queries[{i}]")
+        if len(q) > limits.max_query_chars:
+            raise RequestError(
+                422,
+                f"queries[{i}] has {len(q)} characters; at most {limits.max_query_chars}",
+                f"queries[{i}]",
+            )
+    topk = payload.get("topk")
+    if topk is None:
+        topk = limits.default_topk
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        raise RequestError(422, f"'topk' must be an integer, got {json.dumps(topk)[:50]}", "topk")
+    if not 1 <= topk <= limits.max_topk:
+        raise RequestError(422, f"'topk' must be between 1 and {limits.max_topk}, got {topk}", "topk")
+    return_scores = payload.get("return_scores", False)
+    if return_scores is None:
+        return_scores = False
+    if not isinstance(return_scores, bool):
+        raise RequestError(
+            422,
+            f"'return_scores' must be true or false, got {json.dumps(return_scores)[:50]}",
+            "return_scores",
+        )
+    return queries, topk, return_scores
+
+
+def document(hit: Hit) -> dict[str, Any]:
+    """A hit's passage as Search-R1 clients read it (`contents` = title\\ntext), plus title and text."""
+    return {"id": hit.doc.id, "contents": hit.doc.contents, "title": hit.doc.title, "text": hit.doc.text}
+
+
+def format_result(hits: list[list[Hit]], return_scores: bool) -> dict[str, Any]:
+    """Search-R1's response body for one request."""
+    if return_scores:
+        return {"result": [[{"document": document(h), "score": h.score} for h in row] for row in hits]}
+    return {"result": [[document(h) for h in row] for row in hits]}
+
+
+class MicroBatcher:
+    """Gathers the queries of concurrent requests and runs them as one batched search in a thread."""
+
+    def __init__(self, retriever: Retriever, window_ms: float = 2.0, max_batch: int = 512):
+        self.retriever = retriever
+        self.window = window_ms / 1000.0
+        self.max_batch = max_batch
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "errors": 0, "max_batch_requests": 0}
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def submit(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """The hits of `queries` (top `k` each), searched together with whatever else is pending."""
+        assert self._queue is not None, "MicroBatcher.start() was not awaited"
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(queries, k, fut))
+        return await fut
+
+    def _drain(self, batch: list[_Pending], n: int) -> int:
+        assert self._queue is not None
+        while n < self.max_batch and not self._queue.empty():
+            item = self._queue.get_nowait()
+            batch.append(item)
+            n += len(item.queries)
+        return n
+
+    async def _loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            n = self._drain(batch, len(first.queries))
+            if self.window > 0 and n < self.max_batch:
+                await asyncio.sleep(self.window)
+                n = self._drain(batch, n)
+            batch = [p for p in batch if not p.future.done()]  # clients that went away
+            if not batch:
+                continue
+            queries = [q for p in batch for q in p.queries]
+            k = max(p.k for p in batch)
+            try:
+                hits = await asyncio.to_thread(self.retriever.search, queries, k)
+            except Exception as e:  # noqa: BLE001 - the retriever failed: fail this batch, keep serving
+                self.stats["errors"] += 1
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(e)
+                continue
+            self.stats["batches"] += 1
+            self.stats["requests"] += len(batch)
+            self.stats["queries"] += len(queries)
+            self.stats["max_batch_requests"] = max(self.stats["max_batch_requests"], len(batch))
+            start = 0
+            for p in batch:
+                part = [row[: p.k] for row in hits[start : start + len(p.queries)]]
+                start += len(p.queries)
+                if not p.future.done():
+                    p.future.set_result(part)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def make_app(
+    retriever: Retriever, limits: Limits | None = None, batch_window_ms: float = 2.0, max_batch: int = 512
+) -> FastAPI:
+    """A FastAPI app serving `retriever` at POST /retrieve (Search-R1's contract) and GET /health."""
+    limits = limits or Limits()
+    batcher = MicroBatcher(retriever, window_ms=batch_window_ms, max_batch=max_batch)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="ragteam retriever", lifespan=lifespan)
+    app.state.batcher = batcher
+
+    @app.exception_handler(RequestError)
+    async def _refused(request: Request, exc: RequestError) -> JSONResponse:
+        body = {"error": exc.message}
+        if exc.field:
+            body["field"] = exc.field
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(Exception)
+    async def _failed(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"retrieval failed: {type(exc).__name__}: {exc}"}, status_code=500)
+
+    @app.post("/retrieve")
+    async def retrieve(request: Request) -> JSONResponse:
+        raw = await _read_body(request, limits.max_body_bytes)
+        try:
+            payload = json.loads(raw)
+        except UnicodeDecodeError:
+            raise RequestError(400, "the body is not UTF-8 text") from None
+        except json.JSONDecodeError as e:
+            raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        queries, topk, return_scores = validate_request(payload, limits)
+        try:
+            hits = await batcher.submit(queries, topk)
+        except Exception as e:  # noqa: BLE001 - the retriever failed on this batch; answer, keep serving
+            return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
+        return JSONResponse(format_result(hits, return_scores))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        size = len(retriever) if hasattr(retriever, "__len__") else None  # type: ignore[arg-type]
+        return {
+            "status": "ok",
+            "retriever": retriever.name,
+            "docs": size,
+            "limits": limits.__dict__,
+            **batcher.stats,
+        }
+
+    return app
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); port 0 picks a free one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    announce: Sequence[str] = (),
+) -> None:
+    """Run `app` with uvicorn until interrupted; print `serving on http://HOST:PORT` once listening."""
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    for line in announce:
+        print(line, flush=True)
+    print(f"serving on http://{shown}:{bound}", flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)

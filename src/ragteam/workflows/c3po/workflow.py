@@ -1,0 +1,178 @@
+"""C-3PO's inference (the paper's Algorithm 1) as a workflow: a proxy between the retriever and the LLM server.
+
+    router  -> [No Retrieval]        : the LLM answers the question alone                (direct answering)
+            -> [Retrieval]<query>    : retrieve(query) -> filter -> LLM answers with the kept documents
+                                                                                          (single pass)
+            -> [Planning]            : LLM writes a roadmap; then, at most `max_depth` rounds of
+                                       decider -> [Retrieval]<subquery> -> retrieve -> filter -> accumulate,
+                                       until the decider says [LLM]; the LLM answers with everything kept
+                                                                                          (multi-step)
+
+The router, filter and decider are roles of the trainable policy (`Act`); the roadmap and the answer are the
+fixed LLM server's (`AskLLM`). `WorkflowConfig.strategy` other than `auto` skips the router and forces one
+strategy for every question (the paper's fixed-strategy ablation; the single pass then searches with the
+question). The filter's objective in the planning loop is the decider's thought, as in the paper's state
+transition (B.2). When a search keeps no document, the decider sees a note saying so under the query's name.
+
+If the engine's budget stops a policy act (`BudgetExceeded`), the episode does not die: a stopped filter keeps
+every document, a stopped decider ends the loop, and the LLM answers with what was gathered.
+
+`Answer.info`: strategy (no_retrieval | retrieval | planning), forced (bool), depth (policy acts on the path),
+rounds (retrieval-filter rounds), invalid (invalid actions, fallbacks taken), stop (planning: llm | max_depth
+| budget), doc_ids (the documents the LLM answered with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from functools import partial
+from typing import Any
+
+from ragteam.rollout.requests import Act, Acted, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
+from ragteam.types import Doc, Hit, Question
+from ragteam.workflows.baselines import extract_answer, format_options
+from ragteam.workflows.c3po import prompts
+from ragteam.workflows.c3po.parsers import extract_thought, parse_decider, parse_filter, parse_router
+from ragteam.workflows.config import WorkflowConfig
+
+ROUTER_MAX_TOKENS = 64
+"""The router writes one tag and at most a short query."""
+
+STOP = ("\nQuestion:",)
+"""Filter and decider stop if they start a new question (small models repeat the prompt's pattern); the
+action comes before it."""
+
+MAX_OBJECTIVE_CHARS = 600
+"""The decider's thought, passed to the filter as the step's objective, is cut to this length."""
+
+_Sub = Generator[Any, Any, list[Doc]]
+
+
+class _Count:
+    """Mutable tallies of one episode (policy acts, invalid actions)."""
+
+    def __init__(self) -> None:
+        self.acts = 0
+        self.invalid = 0
+
+    def seen(self, acted: Acted) -> Acted:
+        self.acts += 1
+        self.invalid += 0 if acted.action.valid else 1
+        return acted
+
+
+def _docs(ranked: list[list[Hit]]) -> list[Doc]:
+    return [h.doc for h in ranked[0]] if ranked else []
+
+
+class C3PO(Workflow):
+    """Reasoning Router, Information Filter and Decision Maker between the retriever and the LLM server."""
+
+    name = "c3po"
+
+    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
+        self.cfg = cfg if cfg is not None else WorkflowConfig()
+
+    def run(self, question: Question) -> Episodic:
+        q = question.question
+        count = _Count()
+        strategy = self.cfg.strategy
+        query = q
+        if strategy == "auto":
+            try:
+                acted = yield Act(
+                    "router",
+                    prompts.messages(prompts.router_prompt(q)),
+                    partial(parse_router, question=q),
+                    max_tokens=ROUTER_MAX_TOKENS,
+                )
+            except BudgetExceeded:  # no act may run at all: the LLM answers alone
+                acted = None
+            if acted is None:
+                strategy = "no_retrieval"
+            else:
+                count.seen(acted)
+                strategy = acted.action.kind
+                if strategy == "retrieval":
+                    query = str(acted.action.value or q)
+        info: dict[str, Any] = {"strategy": strategy, "forced": self.cfg.strategy != "auto"}
+        if strategy == "no_retrieval":
+            docs: list[Doc] = []
+        elif strategy == "retrieval":
+            info["rounds"] = 1
+            docs = yield from self._single_pass(q, query, count)
+        else:
+            docs = yield from self._planning(q, count, info)
+        text = yield AskLLM(
+            "answer", prompts.messages(prompts.answer_prompt(q, docs, format_options(question)))
+        )
+        info.update(depth=count.acts, invalid=count.invalid, doc_ids=[d.id for d in docs])
+        info.setdefault("rounds", 0)
+        return Answer(extract_answer(text, question.choices), info=info)
+
+    def _filter(
+        self, q: str, docs: list[Doc], count: _Count, objective: str | None = None, reraise: bool = False
+    ) -> _Sub:
+        """The Information Filter over `docs`: the documents it keeps. Stopped by the budget, it keeps them
+        all, or re-raises `BudgetExceeded` when `reraise` (so the planning loop can stop too)."""
+        if not docs:
+            return []
+        try:
+            acted = yield Act(
+                "filter",
+                prompts.messages(prompts.filter_prompt(q, docs, objective)),
+                partial(parse_filter, n_docs=len(docs)),
+                stop=STOP,
+            )
+        except BudgetExceeded:
+            if reraise:
+                raise
+            return list(docs)
+        count.seen(acted)
+        return [docs[i - 1] for i in acted.action.value if 1 <= i <= len(docs)]
+
+    def _single_pass(self, q: str, query: str, count: _Count) -> _Sub:
+        ranked = yield Retrieve([query], k=self.cfg.topk)
+        return (yield from self._filter(q, _docs(ranked), count))
+
+    def _planning(self, q: str, count: _Count, info: dict[str, Any]) -> _Sub:
+        roadmap = yield AskLLM("roadmap", prompts.messages(prompts.roadmap_prompt(q)))
+        gathered: list[Doc] = []  # what the LLM will answer with
+        shown: list[Doc] = []  # what the decider sees: gathered documents and "nothing found" notes
+        rounds, stop = 0, "max_depth"
+        while rounds < self.cfg.max_depth:
+            try:
+                acted = yield Act(
+                    "decider",
+                    prompts.messages(prompts.decider_prompt(q, roadmap, shown)),
+                    partial(parse_decider, question=q, have_docs=bool(shown)),
+                    stop=STOP,
+                )
+            except BudgetExceeded:
+                stop = "budget"
+                break
+            count.seen(acted)
+            if acted.action.kind == "llm":
+                stop = "llm"
+                break
+            subquery = str(acted.action.value or q)
+            # the step's objective for the filter: the decider's thought (none when its output was malformed)
+            objective = extract_thought(acted.text)[:MAX_OBJECTIVE_CHARS] if acted.action.valid else ""
+            objective = objective or None
+            ranked = yield Retrieve([subquery], k=self.cfg.topk)
+            rounds += 1
+            docs = _docs(ranked)
+            stopped = False
+            try:
+                kept = yield from self._filter(q, docs, count, objective, reraise=True)
+            except BudgetExceeded:
+                kept, stopped = docs, True
+            known = {d.id for d in gathered}
+            new = [d for d in kept if d.id not in known]
+            gathered += new
+            shown += new if kept else [Doc(id="", title=subquery, text=prompts.NO_RELEVANT)]
+            if stopped:
+                stop = "budget"
+                break
+        info.update(rounds=rounds, stop=stop)
+        return gathered

@@ -1,0 +1,109 @@
+"""RAG-Gym's search-or-answer process (the paper's high-level MDP) with its six agent designs.
+
+State: the question and the information-seeking history, a list of (query, documents) — shown to the actor as
+the documents themselves (RAG, ReAct) or as a short answer to each query written from them (Search-o1,
+Re2Search). Each step the actor either searches a query (the retriever returns `cfg.topk` documents, the state
+grows) or answers (the episode ends). At most `cfg.max_steps` actor steps: the last one may only answer
+(the forced-answer template), so at most `max_steps - 1` searches, as in the paper's cap of 10 iterations.
+
+- direct, cot: one answering step, no retrieval.
+- rag: the question itself is searched first (no actor step), then one answering step over its documents.
+- react, search-o1: search or answer each step.
+- re2search: each step states a predicted answer and, when its reasoning rests on an unverified claim, a
+  query; no query ("None") means the answer stands.
+
+Who plays what: the actor is the trainable policy (`Act`, role `actor`) in every design — it is what RAG-Gym
+tunes. The document summaries of Search-o1 and Re2Search are written by the fixed LLM server (`AskLLM`,
+purpose `summary`): in the paper only the actor is trained while the summarizer stays untuned (E.2).
+
+If the engine's budget stops the actor (`BudgetExceeded`), the episode answers with Re2Search's last predicted
+answer (empty for the other designs).
+
+`Answer.info`: agent, steps (actor acts), searches, queries, forced (answered at the last, answer-only step),
+invalid (invalid actions), stop (answer | forced | budget).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from ragteam.rollout.requests import Act, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
+from ragteam.types import Doc, Question
+from ragteam.workflows.baselines import extract_answer
+from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.gym import prompts
+from ragteam.workflows.gym.parsers import parse_actor, predicted_answer
+
+AGENTS = ("direct", "cot", "rag", "react", "search-o1", "re2search")
+SUMMARIZING = ("search-o1", "re2search")
+DIRECT_MAX_TOKENS = 64
+
+
+class GymAgent(Workflow):
+    """One RAG-Gym agent design (`agent` in AGENTS) on the search-or-answer process."""
+
+    def __init__(self, cfg: WorkflowConfig | None = None, agent: str = "react") -> None:
+        if agent not in AGENTS:
+            raise ValueError(f"unknown RAG-Gym agent {agent!r}; choose one of {', '.join(AGENTS)}")
+        self.cfg = cfg if cfg is not None else WorkflowConfig()
+        self.agent = agent
+        self.name = f"gym:{agent}"
+
+    def run(self, question: Question) -> Episodic:
+        q = question.question
+        shown_question = prompts.question_block(q, question.choices)
+        agent = self.agent
+        docs_history: list[tuple[str, list[Doc]]] = []
+        notes: list[tuple[str, str]] = []  # (query, summary) for the summarizing designs
+        info: dict[str, Any] = {"agent": agent, "steps": 0, "searches": 0, "queries": [], "invalid": 0}
+        last_guess: str | None = None
+
+        if agent == "rag":
+            ranked = yield Retrieve([q], k=self.cfg.topk)
+            docs_history.append((q, [h.doc for h in ranked[0]] if ranked else []))
+            info.update(searches=1, queries=[q])
+
+        one_step = agent in ("direct", "cot", "rag")
+        max_steps = 1 if one_step else self.cfg.max_steps
+        for step in range(1, max_steps + 1):
+            forced = step == max_steps and not one_step
+            if agent in SUMMARIZING:
+                history = prompts.history_with_summaries(notes)
+            else:
+                history = prompts.history_with_documents(docs_history)
+            mode = (
+                "answer"
+                if one_step or forced
+                else ("re2search" if agent == "re2search" else "search_or_answer")
+            )
+            try:
+                acted = yield Act(
+                    "actor",
+                    prompts.actor_messages(agent, shown_question, history, forced=forced),
+                    partial(parse_actor, mode=mode, choices=question.choices),
+                    max_tokens=DIRECT_MAX_TOKENS if agent == "direct" else None,
+                )
+            except BudgetExceeded:
+                info["stop"] = "budget"
+                return Answer(extract_answer(last_guess or "", question.choices), info=info)
+            info["steps"] += 1
+            info["invalid"] += 0 if acted.action.valid else 1
+            if acted.action.kind == "answer":
+                info.update(forced=forced, stop="forced" if forced else "answer")
+                return Answer(str(acted.action.value or ""), info=info)
+            query = str(acted.action.value)
+            if agent == "re2search":
+                last_guess = predicted_answer(acted.text) or last_guess
+            ranked = yield Retrieve([query], k=self.cfg.topk)
+            docs = [h.doc for h in ranked[0]] if ranked else []
+            info["searches"] += 1
+            info["queries"].append(query)
+            if agent in SUMMARIZING:
+                summary = yield AskLLM("summary", prompts.summary_messages(q, query, docs))
+                notes.append((query, summary.strip()))
+            else:
+                docs_history.append((query, docs))
+        # Unreachable: the last step is answer-only, and an answer-only parse always answers.
+        info["stop"] = "forced"
+        return Answer(extract_answer(last_guess or "", question.choices), info=info)

@@ -1,0 +1,149 @@
+"""MMOA-RAG's pipeline as a workflow: Query Rewriter -> Retriever -> Selector -> Generator.
+
+    qr-s-g : rewriter -> K candidates from the sub-questions -> selector -> generator
+    s-g    :             K candidates from the question      -> selector -> generator
+    qr-g   : rewriter -> K candidates from the sub-questions ->             generator (all K)
+
+All three roles are played by the trainable policy (`Act`; one model, parameter sharing as in the paper); the
+Generator's answer is the final answer, so no LLM-server call is made. The Selector always receives a fixed
+set of K = `cfg.candidates` documents however many sub-questions there are (the paper's implementation
+details, 5.1.3): K is split across the sub-questions (2 sub-questions -> top 5 of each), duplicates are
+skipped, and slots left free are filled round-robin from the next hits of each sub-question, then from the
+hits of the question itself (searched alongside, in the same request, when it is not one of the
+sub-questions). At most K sub-questions are searched. Per-role penalties are on each node's `Action.penalty`
+(see `parsers`).
+
+If the engine's budget stops an act (`BudgetExceeded`), a stopped rewriter falls back to the question, a
+stopped selector keeps every candidate; a stopped generator ends the path (a `truncated` leaf).
+
+`Answer.info`: variant, subquestions, candidate_ids (the K candidates), selected (0-based ids given to the
+generator), invalid (invalid actions), penalties (role -> penalty), doc_ids (documents the generator saw).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from ragteam.rollout.requests import Act, Answer, BudgetExceeded, Episodic, Retrieve, Workflow
+from ragteam.types import Doc, Hit, Question
+from ragteam.workflows.baselines import format_options
+from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.mmoa import prompts
+from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
+
+REWRITER_MAX_TOKENS = 128
+SELECTOR_MAX_TOKENS = 64
+GENERATOR_MAX_TOKENS = 64
+
+
+def quotas(k: int, n: int) -> list[int]:
+    """How many of K candidates each of `n` sub-questions contributes first: K split evenly, the remainder to
+    the first ones (K=10, n=3 -> [4, 3, 3]); `n` is capped at K."""
+    n = max(1, min(n, k))
+    return [k // n + (1 if i < k % n else 0) for i in range(n)]
+
+
+def merge_candidates(ranked: Sequence[Sequence[Hit]], k: int, backup: Sequence[Hit] = ()) -> list[Doc]:
+    """A fixed set of `k` distinct documents from one ranked list per sub-question: each list's share first
+    (`quotas`), then free slots filled round-robin with each list's next unseen hits, then with `backup`'s
+    (the question's own hits); fewer than `k` only when every list runs out."""
+    lists = [list(r) for r in ranked][: max(1, k)]
+    if not lists:
+        lists = [[]]
+    out: list[Doc] = []
+    seen: set[str] = set()
+    cursors = [0] * len(lists)
+
+    def take(i: int, limit: int) -> None:
+        got = 0
+        while got < limit and cursors[i] < len(lists[i]) and len(out) < k:
+            doc = lists[i][cursors[i]].doc
+            cursors[i] += 1
+            if doc.id not in seen:
+                seen.add(doc.id)
+                out.append(doc)
+                got += 1
+
+    for i, share in enumerate(quotas(k, len(lists))):
+        take(i, share)
+    while len(out) < k and any(c < len(lst) for c, lst in zip(cursors, lists)):
+        for i in range(len(lists)):
+            take(i, 1)
+    for hit in backup:
+        if len(out) >= k:
+            break
+        if hit.doc.id not in seen:
+            seen.add(hit.doc.id)
+            out.append(hit.doc)
+    return out
+
+
+class MMOA(Workflow):
+    """Query Rewriter, Selector and Generator as policy roles around a fixed retriever."""
+
+    name = "mmoa"
+
+    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
+        self.cfg = cfg if cfg is not None else WorkflowConfig()
+
+    def run(self, question: Question) -> Episodic:
+        q = question.question
+        k = self.cfg.candidates
+        variant = self.cfg.variant
+        invalid = 0
+        penalties: dict[str, float] = {}
+        subquestions = [q]
+        if variant in ("qr-s-g", "qr-g"):
+            try:
+                acted = yield Act(
+                    "rewriter",
+                    prompts.rewriter_messages(q),
+                    partial(parse_rewriter, question=q),
+                    max_tokens=REWRITER_MAX_TOKENS,
+                )
+                invalid += 0 if acted.action.valid else 1
+                penalties["rewriter"] = acted.action.penalty
+                subquestions = [str(s) for s in acted.action.value] or [q]
+            except BudgetExceeded:
+                pass
+        searched = subquestions[:k]
+        # The question itself is searched too when it is not a sub-question: its hits fill the K slots that
+        # the sub-questions leave free (a rewrite that matches little would otherwise shrink the set).
+        extra = [q] if q not in searched else []
+        ranked = yield Retrieve(searched + extra, k=k)
+        candidates = merge_candidates(ranked[: len(searched)], k, backup=ranked[-1] if extra else ())
+        selected = list(range(len(candidates)))
+        if variant in ("qr-s-g", "s-g") and candidates:
+            try:
+                acted = yield Act(
+                    "selector",
+                    prompts.selector_messages(q, candidates),
+                    partial(parse_selector, k=len(candidates)),
+                    max_tokens=SELECTOR_MAX_TOKENS,
+                )
+                invalid += 0 if acted.action.valid else 1
+                penalties["selector"] = acted.action.penalty
+                selected = [i for i in acted.action.value if 0 <= i < len(candidates)]
+            except BudgetExceeded:
+                pass
+        docs = [candidates[i] for i in selected]
+        acted = yield Act(
+            "generator",
+            prompts.generator_messages(q, docs, format_options(question)),
+            partial(parse_generator, choices=question.choices),
+            max_tokens=GENERATOR_MAX_TOKENS,
+        )
+        invalid += 0 if acted.action.valid else 1
+        penalties["generator"] = acted.action.penalty
+        info: dict[str, Any] = {
+            "variant": variant,
+            "subquestions": subquestions,
+            "candidate_ids": [d.id for d in candidates],
+            "selected": selected,
+            "invalid": invalid,
+            "penalties": penalties,
+            "doc_ids": [d.id for d in docs],
+        }
+        return Answer(str(acted.action.value or ""), info=info)

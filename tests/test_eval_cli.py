@@ -1,0 +1,246 @@
+"""`ragteam eval` end to end: real HotpotQA records, the tiny model, a real BM25 index over the pooled
+paragraphs, a real judge server on loopback; resuming, determinism and config checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragteam.cli.main import main
+from ragteam.eval.run import config_differences, select_questions
+from ragteam.eval.setup import RunConfig, build_models
+from ragteam.eval.traces import load_trace
+from ragteam.llm.config import ModelConfig
+from ragteam.types import Question
+
+TINY = ["--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2"]
+TINY += ["--rollout.max-tokens", "12", "--rollout.llm-max-tokens", "8", "--no-progress"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """The tiny model is faster on one thread, and far faster on a loaded machine (no OpenMP oversubscription)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def hotpot5(shared_data: Path, tmp_path_factory) -> Path:
+    """The first 5 records of the HotpotQA dev file (their ~50 paragraphs are the pooled corpus)."""
+    path = tmp_path_factory.mktemp("data") / "hotpot5.jsonl"
+    lines = (shared_data / "hotpotqa-dev-500.jsonl").read_text(encoding="utf-8").splitlines()[:5]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _eval(data: Path, out: Path, *extra: str) -> int:
+    return main(["eval", "--data", str(data), "--out", str(out), *TINY, *extra])
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("workflow", ["standard-rag", "c3po"])
+def test_eval_writes_every_output(workflow, hotpot5, tmp_path, capsys):
+    out = tmp_path / workflow
+    assert _eval(hotpot5, out, "--workflow", workflow, "--limit", "3") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["workflow"] == workflow and m["n"] == 3
+    assert set(m["metrics"]) == {"em", "f1", "cover_em"}
+    assert all(0.0 <= v <= 1.0 for v in m["metrics"].values())
+    assert m["failed"] == 0 and m["failures"] == {}
+    assert m["normalization"] and m["config"]["workflow"] == workflow
+    stats = m["stats"]
+    assert stats["episodes"] == 3 and stats["depth"]["n"] == 3
+    assert stats["per_question"]["calls"]["llm"] >= 1.0
+    assert stats["per_question"]["tokens"]["llm"]["prompt"] > 0
+    assert stats["latency_seconds"]["total"] > 0
+    assert len(_lines(out / "episodes.jsonl")) == 3
+    assert len(_lines(out / "predictions.jsonl")) == 3
+    report = (out / "report.md").read_text()
+    assert f"| {workflow} | 3 |" in report
+    assert (out / "depth.png").read_bytes()[:4] == b"\x89PNG"
+    assert "command: eval" in (out / "config.yaml").read_text()
+    if workflow == "c3po":
+        assert sum(stats["strategy"]["counts"].values()) == 3
+        assert (out / "strategy.png").exists()
+        assert stats["invalid_actions"]["acts"] >= 3  # at least the router acted on every question
+        assert stats["per_question"]["calls"]["policy"] >= 1.0
+    else:
+        assert stats["depth"]["histogram"] == {"0": 3}  # no policy act in the baseline
+        assert stats["per_question"]["calls"]["policy"] == 0.0
+    assert f"| {workflow} | 3 |" in capsys.readouterr().out
+
+
+def test_resume_runs_only_missing_questions(hotpot5, tmp_path):
+    out = tmp_path / "run"
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "2") == 0
+    first = _lines(out / "episodes.jsonl")
+    assert len(first) == 2
+    # interrupted mid-write: half of a third record at the end of the file
+    third = load_trace(out / "episodes.jsonl")
+    partial = next(iter(third.values())).to_json()[:80]
+    with open(out / "episodes.jsonl", "a", encoding="utf-8") as f:
+        f.write(partial)
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "4") == 0
+    lines = _lines(out / "episodes.jsonl")
+    assert lines[:2] == first and len(lines) == 4
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["n"] == 4
+    assert m["engine_calls"]["llm_requests"] == 2  # only questions 3 and 4 ran
+    ids = [json.loads(line)["question"]["id"] for line in lines]
+    assert len(set(ids)) == 4
+    # everything done: nothing runs, the reports are rewritten from the trace
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "4") == 0
+    assert json.loads((out / "metrics.json").read_text())["engine_calls"] == {}
+    assert len(_lines(out / "episodes.jsonl")) == 4
+
+
+def test_offset_and_determinism(hotpot5, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        assert _eval(hotpot5, out, "--workflow", "standard-rag", "--offset", "2", "--limit", "2") == 0
+    pa, pb = _lines(a / "predictions.jsonl"), _lines(b / "predictions.jsonl")
+    assert pa == pb
+    questions = [json.loads(line)["id"] for line in pa]
+    all_ids = [json.loads(line)["question_id"] for line in _lines(hotpot5)]
+    assert questions == all_ids[2:4]
+
+
+def test_resume_with_other_settings_is_refused(hotpot5, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "1") == 0
+    capsys.readouterr()
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "1", "--topk", "1") == 1
+    err = capsys.readouterr().err
+    assert "topk" in err and "--overwrite" in err
+    assert (
+        _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "1", "--topk", "1", "--overwrite") == 0
+    )
+    assert json.loads(_lines(out / "episodes.jsonl")[0])["nodes"][0]["k"] == 1
+
+
+def test_judge_endpoint_on_loopback(hotpot5, tmp_path):
+    from ragteam.llm.factory import build_chat_model
+    from ragteam.llm.server import BackgroundServer, make_app
+
+    judge_model = build_chat_model(ModelConfig(model="tiny"))
+    out = tmp_path / "judged"
+    with BackgroundServer(make_app(judge_model, "tiny-judge")) as srv:
+        rc = _eval(
+            hotpot5,
+            out,
+            "--workflow",
+            "direct",
+            "--limit",
+            "2",
+            "--judge.base-url",
+            srv.url + "/v1",
+            "--judge.model",
+            "tiny-judge",
+        )
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= m["metrics"]["judge"] <= 1.0
+    assert m["judge"]["counts"]["judged"] == 2 and m["judge"]["endpoint"].startswith("http://127.0.0.1:")
+    assert "judge" in (out / "report.md").read_text()
+
+
+def test_multiple_choice_reports_mc_accuracy(shared_data, tmp_path):
+    out = tmp_path / "mc"
+    rc = main(
+        [
+            "eval",
+            "--workflow",
+            "direct",
+            "--data",
+            str(shared_data / "formats" / "medqa-sample.jsonl"),
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["n"] == 3 and "mc_acc" in m["metrics"] and m["n_multiple_choice"] == 3
+    assert "MC acc" in (out / "report.md").read_text()
+
+
+def test_unknown_workflow_is_a_clear_error(hotpot5, tmp_path, capsys):
+    assert _eval(hotpot5, tmp_path / "x", "--workflow", "nope", "--limit", "1") == 1
+    err = capsys.readouterr().err
+    assert "nope" in err and "standard-rag" in err
+
+
+def test_no_questions_at_offset(hotpot5, tmp_path, capsys):
+    assert _eval(hotpot5, tmp_path / "x", "--workflow", "direct", "--offset", "9") == 1
+    assert "no questions at offset 9" in capsys.readouterr().err
+
+
+def test_policy_and_llm_alike_share_one_model():
+    cfg = RunConfig(workflow="c3po", policy=ModelConfig(model="tiny"), llm=ModelConfig(model="tiny"))
+    policy, llm = build_models(cfg)
+    assert policy is llm
+    cfg = RunConfig(
+        workflow="c3po", policy=ModelConfig(model="tiny"), llm=ModelConfig(model="tiny", max_batch_size=4)
+    )
+    policy, llm = build_models(cfg)
+    assert policy is not llm
+    policy, llm = build_models(cfg, need_policy=False)
+    assert policy is None and llm is not None
+
+
+def test_workflow_options_are_flat_flags():
+    cfg = RunConfig(workflow="mmoa", variant="s-g", topk=3, strategy="planning")
+    wf = cfg.workflow_config()
+    assert (wf.variant, wf.topk, wf.strategy) == ("s-g", 3, "planning")
+    assert type(wf).__name__ == "WorkflowConfig"
+
+
+def test_config_differences_ignore_operational_settings():
+    old = {
+        "workflow": "c3po",
+        "limit": 5,
+        "policy": {"model": "a", "timeout": 1.0},
+        "judge": {"base_url": None},
+    }
+    new = {
+        "workflow": "c3po",
+        "limit": 50,
+        "policy": {"model": "a", "timeout": 9.0},
+        "judge": {"base_url": "u"},
+    }
+    assert config_differences(old, new) == []
+    new["policy"]["model"] = "b"
+    new["topk"] = 3
+    assert config_differences(old, new) == ["policy.model", "topk"]
+
+
+def test_select_questions_slices_and_rejects_duplicate_ids():
+    qs = [Question(id=str(i), question="?", golden_answers=[]) for i in range(5)]
+    assert [q.id for q in select_questions(qs, 1, 2)] == ["1", "2"]
+    assert [q.id for q in select_questions(qs, 3, None)] == ["3", "4"]
+    with pytest.raises(ValueError, match="unique"):
+        select_questions(qs + [Question(id="4", question="?", golden_answers=[])], 3, None)
+
+
+@pytest.mark.parametrize(
+    "workflow",
+    ["direct", "mmoa", "gym:direct", "gym:cot", "gym:rag", "gym:react", "gym:search-o1", "gym:re2search"],
+)
+def test_every_other_workflow_evaluates(workflow, hotpot5, tmp_path):
+    out = tmp_path / "w"
+    # K=2 candidates keep MMOA's prompts short (the tiny model's BPE is a poor compressor)
+    assert _eval(hotpot5, out, "--workflow", workflow, "--limit", "1", "--candidates", "2") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["n"] == 1 and m["failed"] == 0, m["failures"]
+    assert m["stats"]["episodes"] == 1 and (out / "report.md").exists()
+    needs_policy = workflow != "direct"
+    assert (m["stats"]["per_question"]["calls"]["policy"] >= 1) == needs_policy

@@ -1,0 +1,64 @@
+"""Whatever the policy and the LLM write, every registered workflow ends with an answer within its bounds
+(hypothesis draws each role's output, from free text to near-misses of the papers' formats)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scripted import drive, question
+
+from ragteam.rollout.requests import Answer
+from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.registry import WORKFLOWS, build_workflow
+
+NEAR_MISSES = [
+    "[No Retrieval]",
+    "[Retrieval] who?",
+    "[Retrieval]",
+    "[Planning]",
+    "Thought: x\nAction: [LLM]",
+    "Thought: x\nAction: [Retrieval] more",
+    "Action: [1, 2, 99]",
+    "Action: []",
+    "Document0,Document0",
+    "Document1,Document3",
+    "1. a?\n2. b?\n3. c?\n4. d?\n5. e?\n6. f?",
+    '```json\n{"generated_query": "more"}\n```',
+    '```json\n{"predicted_answer": "x", "generated_query": "None"}\n```',
+    '{"predicted_answer": "B"}',
+    "",
+]
+outputs = st.one_of(st.sampled_from(NEAR_MISSES), st.text(max_size=200))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    name=st.sampled_from(WORKFLOWS),
+    strategy=st.sampled_from(["auto", "no_retrieval", "retrieval", "planning"]),
+    variant=st.sampled_from(["qr-s-g", "s-g", "qr-g"]),
+    mc=st.booleans(),
+)
+def test_every_workflow_answers_whatever_the_models_write(data, name, strategy, variant, mc):
+    cfg = WorkflowConfig(topk=3, candidates=4, max_depth=3, max_steps=4, strategy=strategy, variant=variant)
+    q = question(choices={"A": "yes", "B": "no"} if mc else None)
+    t = drive(
+        build_workflow(name, cfg),
+        q,
+        policy={
+            role: (lambda act: data.draw(outputs))
+            for role in ("router", "filter", "decider", "rewriter", "selector", "generator", "actor")
+        },
+        llm=lambda ask: data.draw(outputs),
+        max_steps=60,
+    )
+    assert isinstance(t.answer, Answer) and isinstance(t.answer.text, str)
+    acts = len(t.acts())
+    if name == "c3po":
+        assert acts <= 1 + 2 * cfg.max_depth
+    elif name == "mmoa":
+        assert acts <= 3
+    elif name.startswith("gym:"):
+        assert acts <= cfg.max_steps and t.answer.info["steps"] == acts
+    else:
+        assert acts == 0

@@ -1,0 +1,181 @@
+"""C-3PO's control flow (Algorithm 1) driven with scripted role outputs: strategies, the planning loop, the
+filter's ids, fallbacks and budgets."""
+
+from __future__ import annotations
+
+import pytest
+from scripted import drive, hits_for, prompt_text, question
+
+from ragteam.workflows.c3po import C3PO, prompts
+from ragteam.workflows.config import WorkflowConfig
+
+Q = question()
+
+
+def c3po(**kw) -> C3PO:
+    return C3PO(WorkflowConfig(**kw))
+
+
+# ---------------------------------------------------------------------- the three strategies, forced
+
+
+def test_forced_no_retrieval_asks_only_the_llm():
+    t = drive(c3po(strategy="no_retrieval"), Q, llm="Alberto De Martino")
+    assert t.acts() == [] and t.searches() == []
+    assert [a.purpose for a, _ in t.asks()] == ["answer"]
+    assert "Document" not in prompt_text(t.asks()[0][0])
+    assert t.answer.text == "Alberto De Martino"
+    assert t.answer.info["strategy"] == "no_retrieval" and t.answer.info["forced"] is True
+
+
+def test_forced_retrieval_searches_the_question_then_filters():
+    t = drive(c3po(strategy="retrieval", topk=4), Q, policy={"filter": "Thought: ok\nAction: [2]"})
+    assert t.roles() == ["filter"]
+    assert t.queries() == [Q.question]
+    assert t.searches()[0][0].k == 4
+    assert t.answer.info["strategy"] == "retrieval" and t.answer.info["rounds"] == 1
+
+
+def test_forced_planning_asks_roadmap_then_loops():
+    t = drive(
+        c3po(strategy="planning"),
+        Q,
+        policy={
+            "decider": [
+                "Thought: need the director\nAction: [Retrieval] director of Holocaust 2000",
+                "Action: [LLM]",
+            ],
+            "filter": "Thought: doc 1 names him\nAction: [1]",
+        },
+        llm=lambda a: "Step 1: find the director" if a.purpose == "roadmap" else "Alberto De Martino",
+    )
+    assert [a.purpose for a, _ in t.asks()] == ["roadmap", "answer"]
+    assert t.roles() == ["decider", "filter", "decider"]
+    assert t.queries() == ["director of Holocaust 2000"]
+    # the roadmap reaches the decider; the decider's thought reaches the filter as the step's objective
+    assert "Step 1: find the director" in prompt_text(t.acts("decider")[0][0])
+    assert "need the director" in prompt_text(t.acts("filter")[0][0])
+    info = t.answer.info
+    assert info["strategy"] == "planning" and info["stop"] == "llm" and info["rounds"] == 1
+    assert info["depth"] == 3 and info["invalid"] == 0
+
+
+# ---------------------------------------------------------------------- the router
+
+
+@pytest.mark.parametrize(
+    "router, strategy, roles",
+    [
+        ("[No Retrieval]", "no_retrieval", ["router"]),
+        ("[Retrieval] Holocaust 2000 film director", "retrieval", ["router", "filter"]),
+        ("[Planning]", "planning", ["router", "decider"]),
+    ],
+)
+def test_router_reaches_each_strategy(router, strategy, roles):
+    t = drive(c3po(), Q, policy={"router": router, "filter": "Action: [1]", "decider": "Action: [LLM]"})
+    assert t.answer.info["strategy"] == strategy and t.answer.info["forced"] is False
+    assert t.roles() == roles
+    if strategy == "retrieval":
+        assert t.queries() == ["Holocaust 2000 film director"]
+    if strategy == "no_retrieval":
+        assert t.searches() == []
+
+
+def test_malformed_router_falls_back_to_single_pass_with_the_question():
+    t = drive(c3po(), Q, policy={"router": "I think we should look it up", "filter": "Action: [1]"})
+    router = t.acts("router")[0][1].action
+    assert not router.valid and "single-pass" in router.error
+    assert t.answer.info["strategy"] == "retrieval"
+    assert t.queries() == [Q.question]
+    assert t.answer.info["invalid"] == 1
+
+
+# ---------------------------------------------------------------------- the filter's ids
+
+
+def test_filter_ids_map_to_the_numbered_documents():
+    t = drive(
+        c3po(strategy="retrieval", topk=5), Q, policy={"filter": "Thought: 2 and 4 help\nAction: [2, 4]"}
+    )
+    shown = t.searches()[0][1][0]
+    filter_prompt = prompt_text(t.acts("filter")[0][0])
+    assert f"Document 2 (Title: {shown[1].doc.title})" in filter_prompt
+    answer_prompt = prompt_text(t.asks("answer")[0][0])
+    assert shown[1].doc.title in answer_prompt and shown[3].doc.title in answer_prompt
+    assert shown[0].doc.title not in answer_prompt and shown[4].doc.title not in answer_prompt
+    assert t.answer.info["doc_ids"] == [shown[1].doc.id, shown[3].doc.id]
+
+
+def test_malformed_filter_keeps_every_document():
+    t = drive(c3po(strategy="retrieval", topk=3), Q, policy={"filter": "these all look fine"})
+    shown = [h.doc.id for h in t.searches()[0][1][0]]
+    assert t.answer.info["doc_ids"] == shown and t.answer.info["invalid"] == 1
+
+
+# ---------------------------------------------------------------------- the planning loop
+
+
+def test_planning_loop_stops_at_max_depth():
+    n = iter(range(100))
+    t = drive(
+        c3po(strategy="planning", max_depth=3, topk=2),
+        Q,
+        policy={
+            "decider": lambda act: f"Thought: more\nAction: [Retrieval] query {next(n)}",
+            "filter": "Action: [1, 2]",
+        },
+    )
+    assert t.roles() == ["decider", "filter"] * 3
+    assert t.queries() == ["query 0", "query 1", "query 2"]
+    info = t.answer.info
+    assert info["rounds"] == 3 and info["stop"] == "max_depth" and info["depth"] == 6
+    assert len(info["doc_ids"]) == 6  # two kept per round, accumulated
+
+
+def test_planning_accumulates_without_repeats_and_notes_empty_searches():
+    t = drive(
+        c3po(strategy="planning", max_depth=4, topk=2),
+        Q,
+        policy={
+            "decider": [
+                "Action: [Retrieval] same",
+                "Action: [Retrieval] same",
+                "Action: [Retrieval] other",
+                "Action: [LLM]",
+            ],
+            "filter": ["Action: [1, 2]", "Action: [2]", "Action: []"],
+        },
+    )
+    same = [h.doc.id for h in hits_for("same", 2)]
+    assert t.answer.info["doc_ids"] == same  # the second round kept a document already gathered
+    last_decider = prompt_text(t.acts("decider")[-1][0])
+    assert "Title: other" in last_decider and prompts.NO_RELEVANT in last_decider
+    assert "other #1" not in prompt_text(t.asks("answer")[0][0])
+    assert t.answer.info["stop"] == "llm" and t.answer.info["rounds"] == 3
+
+
+def test_malformed_decider_retrieves_the_question_first_then_hands_over():
+    t = drive(c3po(strategy="planning", max_depth=5), Q, policy={"decider": "hmm", "filter": "Action: [1]"})
+    assert t.queries() == [Q.question]
+    assert t.roles() == ["decider", "filter", "decider"]
+    assert t.answer.info["invalid"] == 2 and t.answer.info["stop"] == "llm"
+
+
+def test_budget_stop_still_answers_with_what_was_gathered():
+    t = drive(
+        c3po(strategy="planning", max_depth=5, topk=2),
+        Q,
+        policy={"decider": "Action: [Retrieval] more", "filter": "Action: [1]"},
+        max_acts=3,  # decider, filter, decider -> the filter of round 2 is stopped
+    )
+    assert t.answer is not None and t.answer.info["stop"] == "budget"
+    assert t.asks()[-1][0].purpose == "answer"
+    # round 1 kept one; the stopped filter keeps all of round 2 (one new)
+    assert len(t.answer.info["doc_ids"]) == 2
+
+
+def test_multiple_choice_options_reach_the_llm_and_the_answer_is_a_letter():
+    mc = question("Which is a film?", golden_answers=["B"], choices={"A": "a river", "B": "Holocaust 2000"})
+    t = drive(c3po(strategy="no_retrieval"), mc, llm="B. Holocaust 2000")
+    assert "B. Holocaust 2000" in prompt_text(t.asks("answer")[0][0])
+    assert t.answer.text == "B"
