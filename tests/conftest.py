@@ -29,17 +29,21 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-# --- retrieval fixtures (retrieval engineer) ---------------------------------------------------------------
+def hotpot_head(shared_data: Path, folder: Path, n: int) -> Path:
+    """The first `n` records of HotpotQA-500 (IRCoT format) as their own file in `folder`."""
+    lines = (shared_data / "hotpotqa-dev-500.jsonl").read_text(encoding="utf-8").splitlines()[:n]
+    path = folder / f"hotpotqa-dev-{n}.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 HOTPOT_SMALL_RECORDS = 20
 
 
 @pytest.fixture(scope="session")
 def hotpot_small(shared_data: Path, tmp_path_factory) -> Path:
     """The first 20 records of HotpotQA-500 (IRCoT format) as their own file (~200 pooled paragraphs)."""
-    lines = (shared_data / "hotpotqa-dev-500.jsonl").read_text(encoding="utf-8").splitlines()
-    path = tmp_path_factory.mktemp("retrieval-data") / "hotpotqa-dev-20.jsonl"
-    path.write_text("\n".join(lines[:HOTPOT_SMALL_RECORDS]) + "\n", encoding="utf-8")
-    return path
+    return hotpot_head(shared_data, tmp_path_factory.mktemp("retrieval-data"), HOTPOT_SMALL_RECORDS)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import hotpot_head
 
 from ragteam.cli.main import main
 from ragteam.rollout.tree import Episode
@@ -14,23 +15,9 @@ TINY = ["--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm
 TINY += ["--rollout.max-tokens", "12", "--rollout.llm-max-tokens", "8"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The tiny model is faster on one thread, and far faster on a loaded machine (no OpenMP oversubscription)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def hotpot3(shared_data: Path, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "hotpot3.jsonl"
-    lines = (shared_data / "hotpotqa-dev-500.jsonl").read_text(encoding="utf-8").splitlines()[:3]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return hotpot_head(shared_data, tmp_path_factory.mktemp("data"), 3)
 
 
 def test_ask_prints_readable_trace(hotpot3, capsys):

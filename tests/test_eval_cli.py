@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import hotpot_head
 
 from ragteam.cli.main import main
 from ragteam.eval.run import config_differences, select_questions
@@ -19,24 +20,10 @@ TINY = ["--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm
 TINY += ["--rollout.max-tokens", "12", "--rollout.llm-max-tokens", "8", "--no-progress"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The tiny model is faster on one thread, and far faster on a loaded machine (no OpenMP oversubscription)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def hotpot5(shared_data: Path, tmp_path_factory) -> Path:
     """The first 5 records of the HotpotQA dev file (their ~50 paragraphs are the pooled corpus)."""
-    path = tmp_path_factory.mktemp("data") / "hotpot5.jsonl"
-    lines = (shared_data / "hotpotqa-dev-500.jsonl").read_text(encoding="utf-8").splitlines()[:5]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return hotpot_head(shared_data, tmp_path_factory.mktemp("data"), 5)
 
 
 def _eval(data: Path, out: Path, *extra: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import hotpot_head
 
 from ragteam.data.questions import read_questions
 from ragteam.llm.local import LocalChatModel
@@ -22,23 +23,10 @@ from ragteam.workflows.registry import WORKFLOWS, build_workflow
 N_QUESTIONS = 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One torch thread: the tiny model gains nothing from more, and a shared machine loses a lot."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def parts(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     """(questions, tiny model, BM25 retriever over the pooled paragraphs of the first records)."""
-    subset = tmp_path_factory.mktemp("data") / "hotpotqa-first.jsonl"
-    with open(shared_data / "hotpotqa-dev-500.jsonl", encoding="utf-8") as f:
-        subset.write_text("".join(next(f) for _ in range(6)), encoding="utf-8")
+    subset = hotpot_head(shared_data, tmp_path_factory.mktemp("data"), 6)
     questions = read_questions(subset).questions[:N_QUESTIONS]
     retriever = open_retriever(RetrieverConfig(kind="bm25"), data=str(subset))
     tiny = LocalChatModel("tiny", device="cpu", max_batch_size=16)

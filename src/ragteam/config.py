@@ -160,5 +160,6 @@ def setup_caches() -> None:
     os.environ.setdefault("WANDB_DIR", str(home / "wandb"))
     os.environ.setdefault("MPLCONFIGDIR", str(home / "matplotlib"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar per model load
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
