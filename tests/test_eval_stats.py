@@ -167,6 +167,21 @@ def test_scores_failed_count_zero_and_mc():
     assert agg["metrics"]["cover_em"] == pytest.approx(2 / 4)
     assert agg["metrics"]["mc_acc"] == 0.0 and agg["n_multiple_choice"] == 1
     assert agg["metrics"]["judge"] == pytest.approx(2 / 4)
+    assert set(agg["ci95"]) == set(agg["metrics"])
+    for key, (lo, hi) in agg["ci95"].items():
+        assert 0.0 <= lo <= agg["metrics"][key] <= hi <= 1.0
+
+
+def test_bootstrap_interval_is_seeded_and_narrows_with_more_questions():
+    assert scores.bootstrap_ci([]) == (0.0, 0.0)
+    assert scores.bootstrap_ci([0.5] * 10) == (0.5, 0.5)  # no spread, no uncertainty
+    few = scores.bootstrap_ci([1.0, 0.0] * 10)
+    many = scores.bootstrap_ci([1.0, 0.0] * 500)
+    assert few == scores.bootstrap_ci([1.0, 0.0] * 10)  # seeded: the same report twice
+    assert few[0] < 0.5 < few[1] and many[0] < 0.5 < many[1]
+    assert many[1] - many[0] < (few[1] - few[0]) / 4  # the width falls like 1/sqrt(n): 50x the data
+    # a 95 % interval of a fair coin over 1000 questions is about +-3.1 points
+    assert many[0] == pytest.approx(0.469, abs=0.01) and many[1] == pytest.approx(0.531, abs=0.01)
 
 
 def test_scores_recomputed_when_leaf_has_no_rewards():

@@ -71,6 +71,11 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
     if "seconds" in summary:
         facts.append(f"- wall time of this invocation: {_num(summary['seconds'], 1)} s")
     out += facts + ["", "## Answer metrics (%)", "", metrics_table([summary]), ""]
+    if summary.get("ci95"):
+        spans = ", ".join(
+            f"{METRIC_LABELS.get(k, k)} {_pct(lo)}–{_pct(hi)}" for k, (lo, hi) in summary["ci95"].items()
+        )
+        out += [f"95 % bootstrap intervals over questions ({summary['n']} resampled): {spans}.", ""]
     if summary.get("normalization"):
         out += [f"Answers normalized: {summary['normalization']}", ""]
     if summary.get("failures"):

@@ -44,7 +44,9 @@ class Completion:
     completion_tokens: int = 0
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
-    logprobs: list[float] | None = None  # one per completion token: log-softmax of the raw logits (temperature 1, no top-p), what PPO ratios need
+    logprobs: list[float] | None = (
+        None  # one per completion token: log-softmax of the raw logits (temperature 1, no top-p), what PPO ratios need
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
