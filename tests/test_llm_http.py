@@ -149,13 +149,11 @@ def test_openai_payload_shape(server):
 def test_client_retries_then_names_the_endpoint_when_the_server_is_down():
     port = _free_port()  # nothing listens there any more
     model = OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "x", retries=2, backoff=0.01, timeout=5)
-    start = time.monotonic()
     out = model.chat([_req("hi"), _req("there")])
     assert all(isinstance(r, ModelError) for r in out)
     assert out[0].where == f"http://127.0.0.1:{port}/v1/chat/completions"
     assert "failed after 3 attempts" in out[0].message and "ConnectError" in out[0].message
     assert model.stats["http_calls"] == 6 and model.stats["retries"] == 4 and model.stats["errors"] == 2
-    assert time.monotonic() - start < 5
 
 
 def _flaky_app() -> FastAPI:

@@ -174,17 +174,15 @@ def test_concurrent_requests_are_batched_into_one_search(bm25):
                 r = c.post(base + "/retrieve", json={"queries": [QUERIES[i % 3]], "topk": 1 + i % 3})
                 return i, r.status_code, r.json()
 
-        t0 = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             results = list(pool.map(ask, range(32)))
-        took = time.monotonic() - t0
         assert all(status == 200 for _, status, _ in results)
         for i, _, body in results:
             assert [d["id"] for d in body["result"][0]] == [
                 h.doc.id for h in bm25.search([QUERIES[i % 3]], 1 + i % 3)[0]
             ]
-        # 32 requests, 50 ms per search: one at a time would take >= 1.6 s.
-        assert len(slow.batches) < 32 and max(slow.batches) > 1 and took < 1.6
+        # 32 requests answered by fewer, larger searches (no wall-clock bound: that is the benchmark's job)
+        assert sum(slow.batches) == 32 and len(slow.batches) < 32 and max(slow.batches) > 1
         with httpx.Client(timeout=20) as c:
             failed = c.post(base + "/retrieve", json={"queries": ["boom"]})
             assert failed.status_code == 500 and "index exploded" in failed.json()["error"]

@@ -41,7 +41,7 @@ RESUME_IGNORED = frozenset(
         *(
             f"{m}.{k}"
             for m in ("policy", "llm")
-            for k in ("max_batch_size", "concurrency", "timeout", "retries")
+            for k in ("max_batch_size", "threads", "concurrency", "timeout", "retries")
         ),
     }
 )
