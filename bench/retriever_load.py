@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import subprocess
 import sys
@@ -34,41 +33,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hotpotqa-dev-500.jsonl"
-
-
-def start_server(index: Path, kind: str) -> tuple[subprocess.Popen, str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ragteam.cli.main",
-        "serve",
-        "retriever",
-        "--index",
-        str(index),
-        "--kind",
-        kind,
-        "--port",
-        "0",
-        "--host",
-        "127.0.0.1",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"server exited before listening:\n{proc.stderr.read()[-2000:]}")
-        print(f"  server: {line.rstrip()}", file=sys.stderr)
-        if line.startswith("serving on "):
-            return proc, line.split()[-1]
-    proc.kill()
-    raise RuntimeError("server did not start within 120 s")
 
 
 async def load_phase(base: str, questions: list[str], clients: int, requests: int, seconds: float) -> dict:
@@ -178,12 +142,16 @@ def main() -> int:
     from ragteam.config import setup_caches
     from ragteam.data.questions import read_questions
     from ragteam.retrieval.factory import KIND_NEEDS, dataset_index
+    from ragteam.serving import ServerProcess
 
     setup_caches()
     questions = [q.question for q in read_questions(args.data).questions]
     index = Path(args.index) if args.index else dataset_index(args.data, kinds=KIND_NEEDS[args.kind]).path
-    proc, base = start_server(index, args.kind)
-    try:
+    server = ServerProcess(["retriever", "--index", str(index), "--kind", args.kind, "--host", "127.0.0.1"])
+    with server:
+        for line in server.lines:
+            print(f"  server: {line}", file=sys.stderr)
+        base = server.url
         load = asyncio.run(load_phase(base, questions, args.clients, args.requests, args.seconds))
         stats = httpx.get(base + "/health", timeout=10).json()
         print(
@@ -198,19 +166,13 @@ def main() -> int:
         )
         for e in load["first_errors"]:
             print(f"  error: {e}")
-        abuse = abuse_phase(base, proc)
+        abuse = abuse_phase(base, server.proc)
         print(
             f"abuse: {abuse['cases'] - len(abuse['failures'])}/{abuse['cases']} bad requests got the expected "
             f"4xx; still serving: {abuse['still_serving']}"
         )
         for f in abuse["failures"]:
             print(f"  failure: {f}")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     ok = load["errors"] == 0 and load["requests"] > 0 and not abuse["failures"]
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -4,15 +4,9 @@ OpenAI-compatible server (`ragteam serve llm`) on loopback that is killed mid-ru
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ragteam.llm.local import LocalChatModel
@@ -25,6 +19,7 @@ from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.requests import Act, Answer, Episodic, Workflow
 from ragteam.rollout.tree import Episode, read_episodes, write_episodes
+from ragteam.serving import ServerProcess
 from ragteam.types import Action, Doc, Question, doc_id
 from ragteam.workflows.baselines import Direct, StandardRAG
 from ragteam.workflows.config import WorkflowConfig
@@ -175,63 +170,27 @@ def test_tree_from_a_real_run_round_trips_through_jsonl(shared_data, tiny, tmp_p
         assert a.nodes == b.nodes  # every node loads back equal (hits, completions, log-probs, timing)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_server_killed_mid_run_fails_the_later_episodes_and_keeps_the_earlier(shared_data):
     tiny_model_dir()  # build the tiny model here (once), not in the server process
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "ragteam.cli.main",
-        "serve",
-        "llm",
-        "--model",
-        "tiny",
-        "--device",
-        "cpu",
-        "--port",
-        str(port),
-    ]
-    server = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = ServerProcess(["llm", "--model", "tiny", "--device", "cpu"], timeout=90).start()
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"server exited: {server.stderr.read().decode()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start in 90 s")
-            time.sleep(0.2)
-
-        llm = OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "tiny", retries=1, backoff=0.05, timeout=10)
+        llm = OpenAIChatModel(server.url + "/v1", "tiny", retries=1, backoff=0.05, timeout=10)
         qs = hotpot_questions(shared_data, 8)
         done_before_kill: list[str] = []
         finished: list[tuple[str, str]] = []  # (id, status) in the order episodes finished
 
         def on_episode(ep: Episode) -> None:
             finished.append((ep.id, ep.status))
-            if server.poll() is None:
+            if server.proc.poll() is None:
                 done_before_kill.append(ep.id)
                 if len(done_before_kill) == 3:
-                    server.send_signal(signal.SIGKILL)
-                    server.wait(timeout=10)
+                    server.proc.send_signal(signal.SIGKILL)
+                    server.proc.wait(timeout=10)
 
         engine = Engine(None, llm, None, RolloutConfig(max_concurrent=2, llm_max_tokens=4))
         report = engine.run(Direct(WorkflowConfig()), qs, on_episode=on_episode)
     finally:
-        if server.poll() is None:
-            server.kill()
-        server.wait(timeout=10)
-        server.stderr.close()
+        server.stop()
 
     ok = [ep.id for ep in report.episodes if ep.status == "ok"]
     failed = [ep for ep in report.episodes if ep.status == "failed"]
@@ -241,7 +200,7 @@ def test_server_killed_mid_run_fails_the_later_episodes_and_keeps_the_earlier(sh
     statuses = [status for _, status in finished]
     assert statuses == ["ok"] * len(ok) + ["failed"] * len(failed) and len(failed) >= len(qs) - 4
     assert report.failed == len(failed) and len(ok) + len(failed) == len(qs)
-    endpoint = f"http://127.0.0.1:{port}/v1/chat/completions"
+    endpoint = server.url + "/v1/chat/completions"
     assert report.failures == {f"llm error ({endpoint})": len(failed)}
     for ep in failed:
         (leaf,) = ep.leaves()

@@ -116,7 +116,8 @@ def test_resume_with_other_settings_is_refused(hotpot5, tmp_path, capsys):
 
 def test_judge_endpoint_on_loopback(hotpot5, tmp_path):
     from ragteam.llm.factory import build_chat_model
-    from ragteam.llm.server import BackgroundServer, make_app
+    from ragteam.llm.server import make_app
+    from ragteam.serving import BackgroundServer
 
     judge_model = build_chat_model(ModelConfig(model="tiny"))
     out = tmp_path / "judged"

@@ -11,8 +11,9 @@ import pytest
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
-from ragteam.llm.server import BackgroundServer, make_app
+from ragteam.llm.server import make_app
 from ragteam.metrics.judge import LLMJudge, parse_verdict, validator_messages
+from ragteam.serving import BackgroundServer
 from ragteam.types import Question
 
 

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import pickle
-import socket
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
@@ -19,7 +14,8 @@ from ragteam.llm.config import ModelConfig
 from ragteam.llm.factory import build_chat_model
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel, normalize_base_url
-from ragteam.llm.server import BackgroundServer, make_app
+from ragteam.llm.server import make_app
+from ragteam.serving import BackgroundServer, ServerProcess, bind_socket
 
 
 def _req(text: str, **sampling) -> ChatRequest:
@@ -43,12 +39,6 @@ def client(server):
     c = OpenAIChatModel(server.url, "tiny-served", concurrency=8, timeout=30, retries=0)
     yield c
     c.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_http_answers_equal_local_answers(tiny, client):
@@ -147,7 +137,8 @@ def test_openai_payload_shape(server):
 
 
 def test_client_retries_then_names_the_endpoint_when_the_server_is_down():
-    port = _free_port()  # nothing listens there any more
+    with bind_socket("127.0.0.1", 0) as sock:
+        port = sock.getsockname()[1]  # nothing listens there any more
     model = OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "x", retries=2, backoff=0.01, timeout=5)
     out = model.chat([_req("hi"), _req("there")])
     assert all(isinstance(r, ModelError) for r in out)
@@ -221,46 +212,16 @@ def test_config_and_factory(server):
 
 
 def test_serve_llm_command_serves_the_tiny_model():
-    port = _free_port()
-    env = dict(os.environ)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ragteam.cli.main",
-            "serve",
-            "llm",
-            "--model",
-            "tiny",
-            "--device",
-            "cpu",
-            "--port",
-            str(port),
-            "--served-name",
-            "tiny-cli",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                assert time.monotonic() < deadline, "server did not come up"
-                time.sleep(0.2)
+    with ServerProcess(
+        ["llm", "--model", "tiny", "--device", "cpu", "--served-name", "tiny-cli"], timeout=60
+    ) as srv:
+        assert srv.url.startswith("http://127.0.0.1:") and not srv.url.endswith(":0")
+        models = httpx.get(srv.url + "/v1/models", timeout=10).json()
         assert models["data"][0]["id"] == "tiny-cli"
-        client = OpenAIChatModel(f"http://127.0.0.1:{port}", "tiny-cli", retries=0)
+        client = OpenAIChatModel(srv.url, "tiny-cli", retries=0)
         [[c]] = client.chat([_req("hi", max_tokens=3)])
         assert c.completion_tokens == 3 and c.finish_reason == "length"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        assert any("tiny-cli" in line for line in srv.lines)  # the announce line names the served model
 
 
 class _Fragile:

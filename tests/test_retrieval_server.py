@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +14,8 @@ import uvicorn
 
 from ragteam.retrieval.bm25 import BM25Retriever
 from ragteam.retrieval.remote import RemoteRetriever, RetrievalServiceError, parse_response
-from ragteam.retrieval.server import Limits, bind_socket, make_app
+from ragteam.retrieval.server import Limits, make_app
+from ragteam.serving import ServerProcess, bind_socket
 
 
 @contextmanager
@@ -193,30 +191,8 @@ def test_concurrent_requests_are_batched_into_one_search(bm25):
 
 def test_cli_server_under_concurrent_clients_and_bad_input(hotpot_small_index):
     """A fast version of bench/retriever_load.py: `ragteam serve retriever` as a subprocess."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "ragteam.cli.main",
-        "serve",
-        "retriever",
-        "--index",
-        str(hotpot_small_index.path),
-        "--kind",
-        "bm25",
-        "--port",
-        "0",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        base = None
-        deadline = time.monotonic() + 60
-        while base is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"server exited: {proc.stderr.read()}"
-            if line.startswith("serving on "):
-                base = line.split()[-1]
-        assert base
+    with ServerProcess(["retriever", "--index", str(hotpot_small_index.path), "--kind", "bm25"]) as srv:
+        base = srv.url
 
         def client(i):
             errors = 0
@@ -236,7 +212,4 @@ def test_cli_server_under_concurrent_clients_and_bad_input(hotpot_small_index):
             assert c.post(base + "/retrieve", json={"queries": ["q"], "topk": -3}).status_code == 422
             assert c.post(base + "/retrieve", content=b"x" * 3_000_000).status_code == 413
             assert c.get(base + "/health").json()["requests"] >= 80
-        assert proc.poll() is None
-    finally:
-        proc.terminate()
-        proc.wait(10)
+        assert srv.proc.poll() is None

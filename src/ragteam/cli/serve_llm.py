@@ -1,8 +1,13 @@
-"""`ragteam serve llm`: serve a local model over the OpenAI chat-completions API, batching concurrent requests."""
+"""`ragteam serve llm`: serve a local model over the OpenAI chat-completions API, batching concurrent requests.
+
+    ragteam serve llm --model smollm2 --port 8000
+    curl -s localhost:8000/v1/chat/completions -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}'
+
+`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
+"""
 
 from __future__ import annotations
 
-import sys
 from typing import Literal
 
 from pydantic import Field
@@ -22,7 +27,7 @@ class Config(BaseConfig):
         None, description="model name clients must send (default: the --model value, or the folder's name)"
     )
     host: str = Field("127.0.0.1", description="interface to listen on (0.0.0.0 for every interface)")
-    port: int = Field(8000, ge=0, le=65535, description="TCP port")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weight dtype")
     lora: str | None = Field(None, description="folder of a LoRA adapter (peft) to apply")
@@ -32,13 +37,15 @@ class Config(BaseConfig):
     )
     max_n: int = Field(16, ge=1, description="largest n (samples per request) accepted")
     max_tokens_limit: int = Field(4096, ge=1, description="largest max_tokens accepted")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "warning", description="uvicorn log level"
+    )
 
 
 def run(cfg: Config) -> int:
-    import uvicorn
-
     from ragteam.llm.local import LocalChatModel
     from ragteam.llm.server import make_app
+    from ragteam.serving import serve
 
     model = LocalChatModel(
         cfg.model, device=cfg.device, dtype=cfg.dtype, lora=cfg.lora, max_batch_size=cfg.max_batch_size
@@ -52,10 +59,11 @@ def run(cfg: Config) -> int:
         max_n=cfg.max_n,
         max_tokens_limit=cfg.max_tokens_limit,
     )
-    print(
-        f"ragteam: serving {name!r} ({model.path}, {model.device}) at http://{cfg.host}:{cfg.port}/v1",
-        file=sys.stderr,
-        flush=True,
+    serve(
+        app,
+        cfg.host,
+        cfg.port,
+        log_level=cfg.log_level,
+        announce=[f"ragteam: model {name!r} ({model.path}, {model.device}); OpenAI API under /v1"],
     )
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="info")
     return 0

@@ -4,7 +4,7 @@
     curl -s localhost:8001/retrieve -d '{"queries": ["Kiss and Tell actress"], "topk": 3, "return_scores": true}'
 
 Concurrent requests are gathered into one batched search; bad input gets a 4xx JSON answer naming the field.
-`--port 0` picks a free port; the first line printed is `serving on http://HOST:PORT`.
+`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def run(cfg: Config) -> int:
     from ragteam.retrieval.config import RetrieverConfig
     from ragteam.retrieval.factory import retriever_from_index
     from ragteam.retrieval.index import open_index
-    from ragteam.retrieval.server import Limits, make_app, serve
+    from ragteam.retrieval.server import Limits, make_app
+    from ragteam.serving import serve
 
     folder = open_index(cfg.index)
     kind = cfg.kind or ("hybrid" if {"bm25", "dense"} <= set(folder.kinds) else folder.kinds[0])

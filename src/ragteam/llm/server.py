@@ -16,13 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -267,46 +265,3 @@ def make_app(
         )
 
     return app
-
-
-class BackgroundServer:
-    """Run an ASGI app with uvicorn in a daemon thread on 127.0.0.1 and an ephemeral port (tests, notebooks).
-
-    with BackgroundServer(make_app(model, "tiny")) as srv:
-        OpenAIChatModel(srv.url + "/v1", "tiny").chat(...)
-    """
-
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        self.app = app
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self.host, self.port = self._sock.getsockname()[:2]
-        self.url = f"http://{self.host}:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def start(self, timeout: float = 30.0) -> Self:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"server on {self.url} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the port (in-flight requests get a connection error)."""
-        self.server.should_exit = True
-        self._thread.join(timeout=10)
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

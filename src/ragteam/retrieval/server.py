@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import sys
-from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -250,37 +247,3 @@ def make_app(
         }
 
     return app
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free one."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
-def serve(
-    app: FastAPI,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    log_level: str = "warning",
-    announce: Sequence[str] = (),
-) -> None:
-    """Run `app` with uvicorn until interrupted; print `serving on http://HOST:PORT` once listening."""
-    import uvicorn
-
-    sock = bind_socket(host, port)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    for line in announce:
-        print(line, flush=True)
-    print(f"serving on http://{shown}:{bound}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
