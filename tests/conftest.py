@@ -18,6 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLCONFIGDIR", str(Path(os.environ["RAGTEAM_HOME"]) / "matplotlib"))
 
+# Where the tests run local models: cpu by default (CI); RAGTEAM_TEST_DEVICE=cuda runs them on a GPU.
+TEST_DEVICE = os.environ.get("RAGTEAM_TEST_DEVICE", "cpu")
+
 SHARED_DATA = Path(os.environ.get("RAGTEAM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 

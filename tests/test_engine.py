@@ -487,6 +487,8 @@ def test_baselines_prompt_and_extract_with_fakes():
         ("The answer is Chief of Protocol\nbecause she was...", None, "Chief of Protocol"),
         ('Reasoning first. Final answer: "U.S."', None, "U.S."),
         ("", None, ""),
+        ("### Step-by-step Reasoning\n1. She was Chief of Protocol.", None, "1. She was Chief of Protocol"),
+        ("### Output", None, "### Output"),
         ("(B) aspirin", {"A": "ibuprofen", "B": "aspirin"}, "B"),
         ("aspirin", {"A": "ibuprofen", "B": "aspirin"}, "B"),
     ],

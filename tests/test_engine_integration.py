@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from conftest import TEST_DEVICE
 
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
@@ -65,7 +66,7 @@ def retriever_for(questions: list[Question], shared_data: Path, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def tiny() -> LocalChatModel:
-    return LocalChatModel("tiny", device="cpu", max_batch_size=16)
+    return LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=16)
 
 
 def strip_seconds(ep: Episode) -> dict:
@@ -172,7 +173,7 @@ def test_tree_from_a_real_run_round_trips_through_jsonl(shared_data, tiny, tmp_p
 
 def test_server_killed_mid_run_fails_the_later_episodes_and_keeps_the_earlier(shared_data):
     tiny_model_dir()  # build the tiny model here (once), not in the server process
-    server = ServerProcess(["llm", "--model", "tiny", "--device", "cpu"], timeout=90).start()
+    server = ServerProcess(["llm", "--model", "tiny", "--device", TEST_DEVICE], timeout=90).start()
     try:
         llm = OpenAIChatModel(server.url + "/v1", "tiny", retries=1, backoff=0.05, timeout=10)
         qs = hotpot_questions(shared_data, 8)

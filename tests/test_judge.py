@@ -7,6 +7,7 @@ import re
 import socket
 
 import pytest
+from conftest import TEST_DEVICE
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
 from ragteam.llm.local import LocalChatModel
@@ -104,7 +105,7 @@ def test_judge_over_http_scores_verdicts_and_counts_unparseable():
 
 
 def test_judge_with_the_tiny_model_behind_a_loopback_server():
-    tiny = LocalChatModel("tiny", device="cpu")
+    tiny = LocalChatModel("tiny", device=TEST_DEVICE)
     with BackgroundServer(make_app(tiny, "tiny")) as srv:
         judge = LLMJudge(OpenAIChatModel(srv.url, "tiny", retries=0), max_tokens=6)
         preds = ["Paris", "Marlowe", "8", "Rhine"]

@@ -6,6 +6,7 @@ import pickle
 
 import httpx
 import pytest
+from conftest import TEST_DEVICE
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -24,7 +25,7 @@ def _req(text: str, **sampling) -> ChatRequest:
 
 @pytest.fixture(scope="module")
 def tiny() -> LocalChatModel:
-    return LocalChatModel("tiny", device="cpu", max_batch_size=16)
+    return LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=16)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,7 @@ def test_client_retries_5xx_stops_on_4xx_fills_missing_choices_and_sends_the_key
 
 
 def test_config_and_factory(server):
-    local = build_chat_model(ModelConfig(model="tiny", device="cpu", max_batch_size=3))
+    local = build_chat_model(ModelConfig(model="tiny", device=TEST_DEVICE, max_batch_size=3))
     assert isinstance(local, LocalChatModel) and local.max_batch_size == 3
     remote = build_chat_model(ModelConfig(backend="openai", model="tiny-served", base_url=server.url))
     assert isinstance(remote, OpenAIChatModel) and remote.endpoint == f"{server.url}/v1/chat/completions"
@@ -213,7 +214,7 @@ def test_config_and_factory(server):
 
 def test_serve_llm_command_serves_the_tiny_model():
     with ServerProcess(
-        ["llm", "--model", "tiny", "--device", "cpu", "--served-name", "tiny-cli"], timeout=60
+        ["llm", "--model", "tiny", "--device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60
     ) as srv:
         assert srv.url.startswith("http://127.0.0.1:") and not srv.url.endswith(":0")
         models = httpx.get(srv.url + "/v1/models", timeout=10).json()

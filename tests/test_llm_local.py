@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from conftest import TEST_DEVICE
 
 from ragteam.llm.base import ChatModel, ChatRequest, Completion, ModelError, Sampling
 from ragteam.llm.local import LocalChatModel
@@ -29,7 +30,7 @@ def _req(text: str, **sampling) -> ChatRequest:
 
 @pytest.fixture(scope="module")
 def tiny() -> LocalChatModel:
-    return LocalChatModel("tiny", device="cpu", max_batch_size=4)
+    return LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=4)
 
 
 def test_tiny_folder_is_deterministic_and_loads_with_auto_classes(tmp_path):
@@ -64,7 +65,7 @@ def test_is_a_chat_model(tiny):
 def test_greedy_equals_transformers_generate(tiny):
     req = _req(PROMPTS[0], max_tokens=12)
     [[c]] = tiny.chat([req])
-    ids = torch.tensor([c.prompt_ids])
+    ids = torch.tensor([c.prompt_ids], device=tiny.device)
     with torch.no_grad():
         out = tiny.model.generate(
             input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False
@@ -95,7 +96,7 @@ def test_logprobs_equal_a_separate_forward_pass(tiny):
         assert max(abs(x - y) for x, y in zip(c.logprobs, ref)) < 1e-4
     # and by hand, one token at a time, without padding or cache
     c = comps[1]
-    seq = torch.tensor([c.prompt_ids + c.completion_ids])
+    seq = torch.tensor([c.prompt_ids + c.completion_ids], device=tiny.device)
     with torch.no_grad():
         logp = torch.log_softmax(tiny.model(seq).logits[0].float(), -1)
     start = len(c.prompt_ids)
@@ -147,8 +148,8 @@ def test_lora_adapter_changes_the_model_and_matches_peft(tmp_path):
             torch.nn.init.normal_(p, std=0.5)  # a trained-looking adapter (B starts at zero)
     peft_model.save_pretrained(tmp_path / "adapter")
     req = _req(PROMPTS[2], max_tokens=8)
-    plain = LocalChatModel("tiny", device="cpu")
-    adapted = LocalChatModel("tiny", device="cpu", lora=str(tmp_path / "adapter"))
+    plain = LocalChatModel("tiny", device=TEST_DEVICE)
+    adapted = LocalChatModel("tiny", device=TEST_DEVICE, lora=str(tmp_path / "adapter"))
     [[a]] = plain.chat([req])
     [[b]] = adapted.chat([req])
     assert a.logprobs != b.logprobs
@@ -159,7 +160,7 @@ def test_lora_adapter_changes_the_model_and_matches_peft(tmp_path):
     expect = [logp[start - 1 + t, tok].item() for t, tok in enumerate(b.completion_ids)]
     assert max(abs(x - y) for x, y in zip(b.logprobs, expect)) < 1e-4
     with pytest.raises(FileNotFoundError, match="LoRA adapter"):
-        LocalChatModel("tiny", device="cpu", lora=str(tmp_path / "missing"))
+        LocalChatModel("tiny", device=TEST_DEVICE, lora=str(tmp_path / "missing"))
 
 
 def test_unknown_model_names_the_path(tmp_path):

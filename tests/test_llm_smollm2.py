@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import TEST_DEVICE
 
 from ragteam.llm.base import ChatRequest, Sampling
 from ragteam.llm.cache import is_complete, models_dir
@@ -24,7 +25,7 @@ def test_smollm2_converts_once_and_answers_greedily(capfd):
     assert (folder / "model.safetensors").stat().st_size > 400_000_000  # float32 weights
     assert smollm2_model_dir() == folder and "converting" not in capfd.readouterr().err
 
-    model = build_chat_model(ModelConfig(model="smollm2", device="cpu"))
+    model = build_chat_model(ModelConfig(model="smollm2", device=TEST_DEVICE))
     question = [{"role": "user", "content": "What is the capital of France? Answer in a few words."}]
     other = [{"role": "user", "content": "Say hello."}]
     batched = model.chat(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import hotpot_head
+from conftest import TEST_DEVICE, hotpot_head
 
 from ragteam.data.questions import read_questions
 from ragteam.llm.local import LocalChatModel
@@ -29,7 +29,7 @@ def parts(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     subset = hotpot_head(shared_data, tmp_path_factory.mktemp("data"), 6)
     questions = read_questions(subset).questions[:N_QUESTIONS]
     retriever = open_retriever(RetrieverConfig(kind="bm25"), data=str(subset))
-    tiny = LocalChatModel("tiny", device="cpu", max_batch_size=16)
+    tiny = LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=16)
     return questions, tiny, retriever
 
 

@@ -53,12 +53,14 @@ def format_options(question: Question) -> str:
 
 
 def extract_answer(text: str, choices: dict[str, str] | None = None) -> str:
-    """The short answer in a model's output (never raises): text after the last "Answer:", first line,
-    without wrapping quotes or a final period; for multiple choice, the first option letter named."""
+    """The short answer in a model's output (never raises): text after the last "Answer:", first line that is
+    not a Markdown heading, without wrapping quotes or a final period; for multiple choice, the first option
+    letter named."""
     marks = list(_ANSWER_MARK.finditer(text))
     if marks:
         text = text[marks[-1].end() :]
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("#")] or lines
     answer = lines[0] if lines else ""
     answer = _PREFIX.sub("", answer).strip()
     answer = answer.strip().strip("\"'`*").strip()

@@ -14,7 +14,7 @@ pairs are read with a regular expression, then ReAct's `Search[query]` / `Finish
 
 A query wins over an answer when both are given (search_or_answer, re2search). Malformed output (neither
 found): invalid, fallback: answer with the text's short answer (`extract_answer`: after the last "Answer:",
-else its first line) — a search with a garbled query would only spend steps.
+else its first line that is not a Markdown heading) — a search with a garbled query would only spend steps.
 """
 
 from __future__ import annotations
@@ -135,5 +135,5 @@ def parse_actor(text: str, mode: str = "search_or_answer", choices: dict[str, st
         "answer",
         extract_answer(text, choices),
         valid=False,
-        error=f"no structured output with {wanted}; fallback: answer with the text's first line",
+        error=f"no structured output with {wanted}; fallback: answer with the text's short answer",
     )
