@@ -13,16 +13,28 @@ It prints tokens/s per batch size (8, 16, 32 by default) and the ratios engine/b
 
     .venv/bin/python bench/rollout.py --quick       # ~2 minutes on 2 cores
     .venv/bin/python bench/rollout.py --device cuda --batch-sizes 8 16 32 64
+
+`--mode tree` measures instead what tree rollouts lean on: K sampled continuations of each of several long
+prompts (HotpotQA paragraphs and a question, ~600 tokens; seeded, temperature 1, `--max-new-tokens` each,
+EOS ignored), all in one `LocalChatModel.chat` batch, with shared prefill on (each prompt's forward pass runs
+once, its KV cache copied to its K rows) and off (every row prefills its own copy). The two runs alternate
+within each round, must give the same tokens, and the median times are compared. One torch thread keeps the
+timings steady when other jobs share the cores (with two, a decode step waits on descheduled threads).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/rollout.py --mode tree   # ~3 minutes
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TOPICS = [
     "the water cycle",
@@ -88,7 +100,7 @@ class OneAct:
         self.max_tokens = max_tokens
 
     def run(self, question):
-        from ragteam.rollout.requests import Act, Answer
+        from ragteam.protocol import Act, Answer
 
         messages = [{"role": "user", "content": question.question}]
         out = yield Act("answer", messages, parse_text, max_tokens=self.max_tokens)
@@ -137,6 +149,128 @@ def engine_generate(chat_model, texts: list[str], max_new_tokens: int) -> tuple[
     return tokens, dict(engine.calls)
 
 
+def rag_chat(documents: str, question: str) -> list[dict[str, str]]:
+    """A retrieval-style chat prompt: the documents, then the question."""
+    return [{"role": "user", "content": f"Documents:\n{documents}\n\nQuestion: {question}\nAnswer:"}]
+
+
+def hotpot_prompts(chat_model, path: Path, n: int, target_tokens: int) -> list[list[dict[str, str]]]:
+    """`n` prompts of about `target_tokens` tokens: a HotpotQA question's paragraphs (cut to length in tokens),
+    then the question."""
+    chats = []
+    for line in path.read_text(encoding="utf-8").splitlines()[:n]:
+        record = json.loads(line)
+        question = record["question_text"]
+        docs = "\n".join(
+            f"[{i + 1}] {c['title']}: {c['paragraph_text']}" for i, c in enumerate(record["contexts"])
+        )
+        budget = target_tokens - chat_model.count_tokens(rag_chat("", question))
+        doc_ids = chat_model.tokenizer(docs, add_special_tokens=False)["input_ids"][:budget]
+        chats.append(rag_chat(chat_model.tokenizer.decode(doc_ids), question))
+    return chats
+
+
+def tree_bench(args: argparse.Namespace) -> int:
+    """K seeded samples of each long prompt in one batch, shared prefill on vs off (see the module docstring)."""
+    import statistics
+
+    import torch
+
+    from ragteam.llm.base import ChatRequest, Sampling
+    from ragteam.llm.local import LocalChatModel
+
+    n, k = args.tree_prompts, args.tree_k
+    max_new = args.max_new_tokens or 24
+    t0 = time.perf_counter()
+    chat_model = LocalChatModel(args.model, device=args.device, max_batch_size=n * k)
+    load_s = time.perf_counter() - t0
+    chat_model.eos_ids = frozenset()  # every sample generates exactly max_new tokens: the same work both ways
+    chats = hotpot_prompts(chat_model, args.data, n, args.tree_prompt_tokens)
+    lengths = [chat_model.count_tokens(c) for c in chats]
+    requests = [
+        ChatRequest(c, Sampling(temperature=1.0, max_tokens=max_new, n=k, seed=i))
+        for i, c in enumerate(chats)
+    ]
+    print(
+        f"model {chat_model.name} on {chat_model.device} ({torch.get_num_threads()} threads), loaded in "
+        f"{load_s:.1f} s; {n} prompts of {min(lengths)}-{max(lengths)} tokens (HotpotQA paragraphs), K={k} "
+        f"samples each (seeded, temperature 1), {max_new} new tokens per sample (EOS ignored); one batch of "
+        f"{n * k} rows",
+        flush=True,
+    )
+
+    def run(share: bool, reqs: list[ChatRequest]) -> tuple[list[list[list[int]]], float, dict[str, int]]:
+        chat_model.share_prefill = share
+        before = dict(chat_model.stats)
+        t0 = time.perf_counter()
+        results = chat_model.chat(reqs)
+        seconds = time.perf_counter() - t0
+        failed = [str(r) for r in results if not isinstance(r, list)]
+        if failed:
+            raise RuntimeError(f"requests failed: {failed}")
+        ids = [[c.completion_ids for c in r] for r in results]
+        return ids, seconds, {key: chat_model.stats[key] - before[key] for key in before}
+
+    run(True, requests[:2])  # warm up both paths
+    run(False, requests[:2])
+    times: dict[bool, list[float]] = {True: [], False: []}
+    counts: dict[bool, dict[str, int]] = {}
+    mismatched = 0
+    for rep in range(max(1, args.repeats)):
+        got = {}
+        for share in (True, False) if rep % 2 == 0 else (False, True):
+            got[share], seconds, counts[share] = run(share, requests)
+            times[share].append(seconds)
+        mismatched += sum(a != b for on, off in zip(got[True], got[False]) for a, b in zip(on, off))
+        print(f"round {rep + 1}/{args.repeats} done", flush=True)
+
+    tokens = n * k * max_new
+    rows = []
+    for share in (False, True):
+        median = statistics.median(times[share])
+        rows.append(
+            {
+                "share_prefill": share,
+                "median_s": median,
+                "tokens_per_s": tokens / median,
+                "prefill_rows": counts[share]["prefill_rows"],
+                "prefill_tokens": counts[share]["prefill_tokens"],
+                "times_s": times[share],
+            }
+        )
+    speedup = rows[0]["median_s"] / rows[1]["median_s"]
+    print()
+    print("| shared prefill | prefill rows | prefill tokens | median s | generated tok/s |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {'on' if r['share_prefill'] else 'off'} | {r['prefill_rows']} | {r['prefill_tokens']} | "
+            f"{r['median_s']:.2f} | {r['tokens_per_s']:.1f} |"
+        )
+    for r in rows:
+        runs = ", ".join(f"{t:.2f}" for t in r["times_s"])
+        print(f"shared prefill {'on' if r['share_prefill'] else 'off'}: {runs} s per round")
+    total = n * k * max(1, args.repeats)
+    print(f"\nsame tokens with and without sharing: {total - mismatched}/{total} completions identical")
+    print(f"shared prefill is {speedup:.2f}x faster (target >= 1.8x)")
+    if args.json is not None:
+        meta = {
+            "mode": "tree",
+            "model": chat_model.name,
+            "device": str(chat_model.device),
+            "prompts": n,
+            "k": k,
+            "prompt_tokens": lengths,
+            "max_new_tokens": max_new,
+            "repeats": args.repeats,
+            "threads": torch.get_num_threads(),
+            "python": platform.python_version(),
+        }
+        out = {"meta": meta, "rows": rows, "speedup": speedup, "mismatched": mismatched}
+        args.json.write_text(json.dumps(out, indent=2), encoding="utf-8")
+    return 1 if mismatched else 0
+
+
 def timed(fn, *args):
     t0 = time.perf_counter()
     out = fn(*args)
@@ -145,18 +279,31 @@ def timed(fn, *args):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=["flat", "tree"], default="flat", help="what to measure (see above)")
     ap.add_argument("--quick", action="store_true", help="fewer tokens and one-by-one prompts (~2 minutes)")
     ap.add_argument("--model", default="smollm2", help="smollm2, tiny or a Hugging Face folder")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32])
     ap.add_argument(
-        "--max-new-tokens", type=int, default=None, help="tokens per prompt (default 48; quick 24)"
+        "--max-new-tokens", type=int, default=None, help="tokens per prompt (default 48; quick 24; tree 24)"
     )
     ap.add_argument(
         "--one-by-one", type=int, default=None, help="prompts timed one by one (default 8; quick 4)"
     )
-    ap.add_argument("--repeats", type=int, default=3, help="rounds; the fastest run of each is kept")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="rounds; the fastest run of each is kept (tree: the median)"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    ap.add_argument("--tree-prompts", type=int, default=4, help="tree mode: prompts in the batch")
+    ap.add_argument("--tree-k", type=int, default=4, help="tree mode: samples per prompt")
+    ap.add_argument("--tree-prompt-tokens", type=int, default=600, help="tree mode: tokens per prompt, about")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path(os.environ.get("RAGTEAM_SHARED_DATA", ROOT.parent / "shared" / "data"))
+        / "hotpotqa-dev-500.jsonl",
+        help="tree mode: the HotpotQA file whose paragraphs make the prompts",
+    )
     args = ap.parse_args(argv)
     max_new = args.max_new_tokens or (24 if args.quick else 48)
     n_single = args.one_by_one or (4 if args.quick else 8)
@@ -165,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.config import setup_caches
 
     setup_caches()
+    if args.mode == "tree":
+        return tree_bench(args)
     import torch
 
     from ragteam.llm.local import LocalChatModel

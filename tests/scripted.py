@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragteam.rollout.requests import Act, Acted, Answer, AskLLM, BudgetExceeded, Retrieve, Workflow
+from ragteam.protocol import Act, Acted, Answer, AskLLM, BudgetExceeded, Retrieve, Workflow
 from ragteam.types import Doc, Hit, Question, doc_id
 
 
@@ -94,7 +94,7 @@ def drive(
                     text = script[min(i, len(script) - 1)] if script else ""
                 else:
                     text = script
-                result: Any = Acted(text=text, action=request.parse(text), node_id=acts)
+                result: Any = Acted(text=text, action=request.parse(text), node_id=acts, act=request)
                 acts += 1
             elif isinstance(request, AskLLM):
                 result = llm(request) if callable(llm) else llm

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import pytest
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
+from ragteam.protocol import Act, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine, RunReport
-from ragteam.rollout.requests import Act, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
 from ragteam.rollout.tree import Episode
 from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.baselines import Direct, StandardRAG, extract_answer
@@ -175,7 +175,7 @@ def strip_seconds(ep: Episode) -> dict:
 
 def test_branching_two_depths_gives_four_leaves_and_the_prefix_is_generated_once():
     policy = CountingModel()
-    engine = Engine(policy, None, None, RolloutConfig(branching=[2, 2]))
+    engine = Engine(policy, None, None, RolloutConfig(forks=[2, 2]))
     report = engine.run(TwoActs(), questions("root"))
     (ep,) = report.episodes
     leaves = ep.leaves()
@@ -201,7 +201,7 @@ def test_branching_two_depths_gives_four_leaves_and_the_prefix_is_generated_once
 
 def test_replayed_forks_call_neither_retriever_nor_llm_again():
     policy, llm, retriever = CountingModel("policy"), CountingModel("llm"), CountingRetriever()
-    engine = Engine(policy, llm, retriever, RolloutConfig(branching=[3, 1]))
+    engine = Engine(policy, llm, retriever, RolloutConfig(forks=[3, 1]))
     report = engine.run(Mixed(), questions("alpha"))
     (ep,) = report.episodes
     assert len(ep.leaves()) == 3 and ep.status == "ok"
@@ -224,24 +224,28 @@ def test_no_branching_when_act_pins_one_sample_or_tree_is_full():
             b = yield Act("second", user(a.text), parse_plain)
             return Answer(b.text)
 
-    engine = Engine(CountingModel(), None, None, RolloutConfig(branching=[4]))
+    engine = Engine(CountingModel(), None, None, RolloutConfig(forks=[4]))
     (ep,) = engine.run(Pinned(), questions("x")).episodes
     assert len(ep.leaves()) == 4 and engine.calls["policy_samples"] == 1 + 4
 
-    engine = Engine(CountingModel(), None, None, RolloutConfig(branching=[3], max_nodes=3))
+    engine = Engine(CountingModel(), None, None, RolloutConfig(forks=[3], max_nodes=3))
     (ep,) = engine.run(TwoActs(), questions("x")).episodes
     # the first act branches (3 nodes), then the tree is full: every later act takes one sample
     assert len(ep.leaves()) == 3 and engine.calls["policy_samples"] == 3 + 3
 
 
-def test_non_deterministic_workflow_is_a_clear_error():
-    engine = Engine(CountingModel(), None, None, RolloutConfig(branching=[1, 2]))
+def test_non_deterministic_workflow_is_a_clear_error_on_the_forked_path_only():
+    engine = Engine(CountingModel(), None, None, RolloutConfig(forks=[1, 2]))
     report = engine.run(Unsteady(), questions("a"))
     (ep,) = report.episodes
-    # depth-1 branching forks at the second act: the fork re-runs the workflow, whose first act still matches,
-    # but the second act's prompt ("start 2") differs from the recorded one ("start 1")
-    assert ep.status == "failed" and "not deterministic" in ep.error and "start 1" in ep.error
-    assert report.failures == {"workflow not deterministic": 1}
+    # depth-1 forking at the second act: the fork re-runs the workflow, whose first act still matches,
+    # but the second act's prompt ("start 2") differs from the recorded one ("start 1"). The first child
+    # kept the live generator and answers; the replayed child fails with the reason.
+    statuses = sorted(leaf.status for leaf in ep.leaves())
+    assert ep.status == "partial" and statuses == ["failed", "ok"]
+    (failed,) = [leaf for leaf in ep.leaves() if leaf.status == "failed"]
+    assert "not deterministic" in failed.error and "start 1" in failed.error
+    assert report.failed == 0 and report.failed_paths == 1
 
 
 # ---------------------------------------------------------------------- batching and scheduling
@@ -305,7 +309,7 @@ def test_seeds_are_derived_per_request_and_temperature_passes_through():
 
 
 def test_identical_inputs_give_identical_trees():
-    cfg = RolloutConfig(branching=[2, 1])
+    cfg = RolloutConfig(forks=[2, 1])
     runs = [
         Engine(CountingModel("p"), CountingModel("l"), CountingRetriever(), cfg).run(
             Mixed(), questions("a", "b")
@@ -346,7 +350,7 @@ def test_token_budget_caps_max_tokens_then_truncates():
 
 
 def test_budget_with_branching_truncates_every_path():
-    engine = Engine(CountingModel(), None, None, RolloutConfig(branching=[2], max_depth=2))
+    engine = Engine(CountingModel(), None, None, RolloutConfig(forks=[2], max_depth=2))
     (ep,) = engine.run(Forever(catch=False), questions("go")).episodes
     assert len(ep.leaves()) == 4 and {leaf.status for leaf in ep.leaves()} == {"truncated"}
 
@@ -379,16 +383,30 @@ def test_failing_model_fails_exactly_those_episodes_and_the_rest_complete():
             assert leaf.status == "ok" and leaf.answer == f"{ep.question.question}/0/0"
 
 
-def test_failure_in_one_branch_drops_the_other_paths_of_that_episode():
+def test_failure_in_one_branch_fails_that_path_only_and_its_sibling_keeps_its_leaf():
     policy = CountingModel(fail_if="x/1")  # the second child's second act fails
-    engine = Engine(policy, None, None, RolloutConfig(branching=[2, 1], max_depth=4))
+    engine = Engine(policy, None, None, RolloutConfig(forks=[2, 1], max_depth=4))
     report = engine.run(Forever(catch=False), questions("x", "y"))
     x, y = report.episodes
-    assert x.status == "failed" and [leaf.status for leaf in x.leaves()] == ["failed"]
-    # the sibling path x/0 got its second act in the same tick, but was dropped: it never acted again
+    by_status = {leaf.status: leaf for leaf in x.leaves()}
+    assert x.status == "partial" and sorted(by_status) == ["failed", "truncated"]
+    assert "server said 503" in by_status["failed"].error
+    # the sibling path x/0 went on acting to the depth limit, untouched by x/1's failure
     prompts = [r.messages[-1]["content"] for r in policy.requests]
-    assert "x/0" in prompts and "x/0/0" not in prompts
-    assert y.status == "ok" and len(y.leaves()) == 2 and report.failed == 1
+    assert "x/0/0/0" in prompts
+    assert x.path(by_status["truncated"].id)[-2].text == "x/0/0/0/0"
+    assert y.status == "ok" and len(y.leaves()) == 2
+    assert report.failed == 0 and report.failed_paths == 1
+
+
+def test_an_episode_fails_only_when_no_path_answers():
+    policy = CountingModel(fail_if="z/")  # every child of the fork fails at its second act
+    report = Engine(policy, None, None, RolloutConfig(forks=[2, 1], max_depth=4)).run(
+        Forever(catch=False), questions("z")
+    )
+    (z,) = report.episodes
+    assert z.status == "failed" and [leaf.status for leaf in z.leaves()] == ["failed", "failed"]
+    assert "server said 503" in z.error and report.failed == 1
 
 
 def test_workflow_exception_fails_only_that_episode_with_a_traceback():
@@ -454,7 +472,7 @@ def test_reward_is_recorded_on_leaves():
     def reward(q: Question, answer: str) -> dict[str, float]:
         return {"em": float(answer == q.golden_answers[0]), "len": len(answer)}
 
-    report = Engine(CountingModel(), None, None, RolloutConfig(branching=[2, 1])).run(
+    report = Engine(CountingModel(), None, None, RolloutConfig(forks=[2, 1])).run(
         TwoActs(), questions("z"), reward=reward, progress=True
     )
     assert [leaf.rewards for leaf in report.episodes[0].leaves()] == [
@@ -498,7 +516,7 @@ def test_extract_answer(text, choices, expected):
 
 
 def test_workflows_config_and_episodes_pickle():
-    cfg = RolloutConfig(branching=[2, 1], seed=3)
+    cfg = RolloutConfig(forks=[2, 1], seed=3)
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     for wf in (Direct(WorkflowConfig(topk=2)), StandardRAG(WorkflowConfig(topk=2)), TwoActs()):
         clone = pickle.loads(pickle.dumps(wf))

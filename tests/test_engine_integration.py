@@ -13,13 +13,14 @@ from conftest import TEST_DEVICE
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
 from ragteam.llm.tiny import tiny_model_dir
+from ragteam.protocol import Act, Answer, Episodic, Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.retrieval.factory import open_retriever
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
-from ragteam.rollout.requests import Act, Answer, Episodic, Workflow
-from ragteam.rollout.tree import Episode, read_episodes, write_episodes
+from ragteam.rollout.traces import read_episodes, write_episodes
+from ragteam.rollout.tree import Episode
 from ragteam.serving import ServerProcess
 from ragteam.types import Action, Doc, Question, doc_id
 from ragteam.workflows.baselines import Direct, StandardRAG
@@ -132,7 +133,7 @@ def test_standard_rag_end_to_end_with_tiny_model_and_bm25(shared_data, tiny, tmp
 
 def test_branching_with_the_tiny_model_records_tokens_and_logprobs(tiny):
     qs = [Question(id="a", question="Which city is the capital of France?", golden_answers=["Paris"])]
-    cfg = RolloutConfig(branching=[2, 2], temperature=1.0, seed=5)
+    cfg = RolloutConfig(forks=[2, 2], temperature=1.0, seed=5)
     engine = Engine(tiny, None, None, cfg)
     (ep,) = engine.run(ActTwice(), qs).episodes
     assert len(ep.leaves()) == 4 and engine.calls["policy_samples"] == 6
@@ -158,7 +159,7 @@ def test_tree_from_a_real_run_round_trips_through_jsonl(shared_data, tiny, tmp_p
         tiny,
         tiny,
         retriever_for(qs, shared_data, tmp_path),
-        RolloutConfig(branching=[2], temperature=1.0, llm_max_tokens=4),
+        RolloutConfig(forks=[2], temperature=1.0, llm_max_tokens=4),
     )
     report = engine.run(StandardRAG(WorkflowConfig(topk=2)), qs)
     report2 = engine.run(ActTwice(), qs)

@@ -12,8 +12,8 @@ from conftest import hotpot_head
 from ragteam.cli.main import main
 from ragteam.eval.run import config_differences, select_questions
 from ragteam.eval.setup import RunConfig, build_models
-from ragteam.eval.traces import load_trace
 from ragteam.llm.config import ModelConfig
+from ragteam.rollout.traces import load_trace
 from ragteam.types import Question
 
 TINY = ["--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2"]

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from ragteam.eval import plots, report, scores, stats, traces
+from ragteam.eval import plots, report, scores, stats
 from ragteam.llm.base import Completion
+from ragteam.rollout import traces
 from ragteam.rollout.tree import Episode, Node
 from ragteam.types import Action, Doc, Hit, Question
 

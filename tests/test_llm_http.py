@@ -93,6 +93,50 @@ def test_models_and_health(server):
         (b'{"messages": [{"role": "user", "content": "hi"}], "top_p": 0}', 400, "top_p"),
         (b'{"messages": [{"role": "user", "content": "hi"}], "stream": true}', 400, "stream"),
         (b'{"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}', 404, "gpt-9"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "logprobs": "maybe"}', 400, "logprobs"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "logprobs": 1}', 400, "logprobs"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21}', 400, "top_logprobs"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": -1}', 400, "top_logprobs"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": "x"}', 400, "top_logprobs"),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 2, '
+            b'"max_tokens": 2}',
+            400,
+            "top_logprobs > 0 is not supported",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "return_token_ids": "yes"}',
+            400,
+            "return_token_ids",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "return_tokens_as_token_ids": 2}',
+            400,
+            "return_tokens_as_token_ids",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "continue_final_message": true, '
+            b'"add_generation_prompt": false, "max_tokens": 2}',
+            400,
+            "final assistant message",
+        ),
+        (
+            b'{"messages": [{"role": "assistant", "content": "A"}], "continue_final_message": true, '
+            b'"max_tokens": 2}',
+            400,
+            "add_generation_prompt",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": false, '
+            b'"max_tokens": 2}',
+            400,
+            "add_gen",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "sample_after_prefix": "no"}',
+            400,
+            "sample_after",
+        ),
     ],
 )
 def test_bad_input_gets_4xx_with_a_message_and_the_server_keeps_serving(server, body, status, needle):
@@ -198,11 +242,171 @@ def test_client_retries_5xx_stops_on_4xx_fills_missing_choices_and_sends_the_key
         assert clone.chat([_req("ok")])[0][0].text == "seed=None n=1"
 
 
+def _assert_scored_like_local(tiny: LocalChatModel, completions: list[Completion]) -> None:
+    """Each completion's log-probs are the local model's on its prompt and completion ids, to 1e-4."""
+    assert all(c.prompt_ids and c.completion_ids and c.logprobs is not None for c in completions)
+    rescored = tiny.logprobs([c.prompt_ids for c in completions], [c.completion_ids for c in completions])
+    for c, lp in zip(completions, rescored):
+        assert c.completion_tokens == len(c.completion_ids) == len(c.logprobs)
+        assert c.logprobs == pytest.approx(lp, abs=1e-4)
+
+
+def test_http_token_ids_and_logprobs_equal_local(tiny, client):
+    reqs = [
+        _req("What is the capital of France?", max_tokens=12),
+        _req("hi", max_tokens=9, stop=["e"]),
+        _req("Search query: river", temperature=1.0, top_p=0.9, max_tokens=10, n=3, seed=11),
+    ]
+    over_http, local = client.chat(reqs), tiny.chat(reqs)
+    for h, loc in zip(over_http, local):
+        for c, lc in zip(h, loc, strict=True):
+            assert c.prompt_ids == lc.prompt_ids and c.completion_ids == lc.completion_ids
+            assert c.logprobs == pytest.approx(lc.logprobs, abs=1e-4)
+            assert c.forced_tokens == 0 and c.logprobs_temperature == 1.0
+        _assert_scored_like_local(tiny, h)
+
+
+def test_forced_prefix_over_http_equals_local(tiny, client):
+    msgs = [{"role": "user", "content": "Which city is the capital of France?"}]
+    reqs = [
+        ChatRequest(msgs, Sampling(max_tokens=6), prefix="The answer is"),
+        ChatRequest(msgs, Sampling(temperature=1.0, max_tokens=6, n=2, seed=3), prefix="Thought:"),
+        ChatRequest(msgs, Sampling(max_tokens=6), prefix="yes", sample_after_prefix=False),
+    ]
+    over_http, local = client.chat(reqs), tiny.chat(reqs)
+    for req, h, loc in zip(reqs, over_http, local):
+        for c, lc in zip(h, loc, strict=True):
+            assert c.text == lc.text and c.text.startswith(req.prefix)
+            assert c.completion_ids == lc.completion_ids and c.forced_tokens == lc.forced_tokens > 0
+            assert c.finish_reason == lc.finish_reason
+        _assert_scored_like_local(tiny, h)
+    [closed] = over_http[2]
+    assert closed.text == "yes" and closed.completion_ids[-1] in tiny.eos_ids
+    assert closed.forced_tokens == len(closed.completion_ids) - 1
+
+
+def test_logprobs_payload_shape(tiny, server):
+    url = f"{server.url}/v1/chat/completions"
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The answer"}]
+    resp = httpx.post(
+        url,
+        json={
+            "messages": msgs,
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+            "max_tokens": 3,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    [choice] = body["choices"]
+    forced = len(tiny.prefix_ids("The answer"))
+    assert choice["message"]["content"].startswith("The answer") and choice["forced_tokens"] == forced
+    entries = choice["logprobs"]["content"]
+    assert len(entries) == len(choice["token_ids"]) == forced + 3 == body["usage"]["completion_tokens"]
+    assert [e["token"] for e in entries] == [f"token_id:{t}" for t in choice["token_ids"]]
+    assert all(e["top_logprobs"] == [] and e["logprob"] <= 0 for e in entries)
+    assert body["prompt_token_ids"] == tiny.prompt_ids(msgs[:1])
+    # without the extras: text tokens, no ids; without logprobs: null, as OpenAI
+    plain = httpx.post(url, json={"messages": msgs[:1], "max_tokens": 2, "logprobs": True}).json()
+    [choice] = plain["choices"]
+    assert "token_ids" not in choice and "prompt_token_ids" not in plain and choice["forced_tokens"] == 0
+    assert "".join(e["token"] for e in choice["logprobs"]["content"]) == choice["message"]["content"]
+    without = httpx.post(url, json={"messages": msgs[:1], "max_tokens": 2}).json()
+    assert without["choices"][0]["logprobs"] is None
+
+
+def _vllm_like_app(rejects: frozenset[str] = frozenset()) -> FastAPI:
+    """A server that answers like vLLM (continuation only, prefix counted as prompt), or like a server that
+    rejects the fields in `rejects` with a 400 naming them (OpenAI's 'Unrecognized request argument')."""
+    app = FastAPI()
+    app.state.bodies = []
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        app.state.bodies.append(body)
+        unknown = sorted(k for k in rejects if k in body)
+        if unknown:
+            message = f"Unrecognized request argument supplied: {', '.join(unknown)}"
+            return JSONResponse({"error": {"message": message}}, 400)
+        as_ids = body.get("return_tokens_as_token_ids")
+        choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        if body.get("logprobs"):
+            tokens = ["token_id:7", "token_id:8"] if as_ids else ["o", "k"]
+            choice["logprobs"] = {
+                "content": [
+                    {"token": t, "logprob": lp, "top_logprobs": []} for t, lp in zip(tokens, [-0.5, -0.25])
+                ]
+            }
+        out = {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+        if body.get("return_token_ids"):
+            out["prompt_token_ids"] = [1, 2, 3]
+        return out
+
+    return app
+
+
+def test_client_reads_vllm_ids_and_keeps_the_prefix_text():
+    with BackgroundServer(_vllm_like_app()) as srv:
+        model = OpenAIChatModel(srv.url, "m", retries=0)
+        [[c]] = model.chat([ChatRequest([{"role": "user", "content": "q"}], Sampling(), prefix="A: ")])
+        assert c.text == "A: ok" and c.forced_tokens == 0  # vLLM: the prefix is prompt, content continues it
+        assert c.completion_ids == [7, 8] and c.logprobs == [-0.5, -0.25] and c.prompt_ids == [1, 2, 3]
+        [sent] = srv.app.state.bodies
+        assert sent["messages"][-1] == {"role": "assistant", "content": "A: "}
+        assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+        assert sent["logprobs"] is True and sent["top_logprobs"] == 0 and sent["return_token_ids"] is True
+        bodies = srv.app.state.bodies
+        closed = ChatRequest([{"role": "user", "content": "q"}], prefix="B", sample_after_prefix=False)
+        [[b]] = model.chat([closed])  # a server that ignores sample_after_prefix samples one token
+        assert (
+            b.text == "Bok" and bodies[-1]["max_tokens"] == 1 and bodies[-1]["sample_after_prefix"] is False
+        )
+        plain = OpenAIChatModel(srv.url, "m", retries=0, logprobs=False)
+        [[p]] = plain.chat([_req("q")])
+        assert p.text == "ok" and p.completion_ids is None and p.logprobs is None and p.prompt_ids is None
+        assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(bodies[-1])
+
+
+@pytest.mark.parametrize(
+    ("rejects", "has_logprobs"),
+    [
+        (frozenset({"return_tokens_as_token_ids", "return_token_ids"}), True),  # OpenAI's API
+        (frozenset({"logprobs", "top_logprobs", "return_tokens_as_token_ids", "return_token_ids"}), False),
+        (frozenset({"logprobs"}), False),
+    ],
+)
+def test_client_drops_the_extras_a_server_rejects_and_remembers(rejects, has_logprobs):
+    with BackgroundServer(_vllm_like_app(rejects)) as srv:
+        model = OpenAIChatModel(srv.url, "m", retries=0)
+        [[first]] = model.chat([_req("q", n=1)])
+        bodies = srv.app.state.bodies
+        assert len(bodies) == 2 and not rejects & set(bodies[-1])
+        [[second]] = model.chat([_req("q")])
+        assert len(bodies) == 3 and not rejects & set(bodies[-1])  # asked without them at once
+        for c in (first, second):
+            assert c.text == "ok" and c.completion_ids is None and c.prompt_ids is None
+            assert c.logprobs == ([-0.5, -0.25] if has_logprobs else None) and c.completion_tokens == 2
+        clone = pickle.loads(pickle.dumps(model))  # remembered across pickling, too
+        clone.chat([_req("q")])
+        assert len(bodies) == 4
+
+
 def test_config_and_factory(server):
     local = build_chat_model(ModelConfig(model="tiny", device=TEST_DEVICE, max_batch_size=3))
     assert isinstance(local, LocalChatModel) and local.max_batch_size == 3
     remote = build_chat_model(ModelConfig(backend="openai", model="tiny-served", base_url=server.url))
     assert isinstance(remote, OpenAIChatModel) and remote.endpoint == f"{server.url}/v1/chat/completions"
+    no_logprobs = build_chat_model(
+        ModelConfig(backend="openai", model="x", base_url=server.url, logprobs=False)
+    )
+    assert remote.logprobs and not no_logprobs.logprobs
     assert remote.chat([_req("hi", max_tokens=2)])[0][0].completion_tokens == 2
     with pytest.raises(ValueError, match="base_url"):
         build_chat_model(ModelConfig(backend="openai", model="x"))
@@ -212,7 +416,7 @@ def test_config_and_factory(server):
         normalize_base_url("localhost:8000")
 
 
-def test_serve_llm_command_serves_the_tiny_model():
+def test_serve_llm_command_serves_the_tiny_model(tiny):
     with ServerProcess(
         ["llm", "--model", "tiny", "--device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60
     ) as srv:
@@ -222,6 +426,19 @@ def test_serve_llm_command_serves_the_tiny_model():
         client = OpenAIChatModel(srv.url, "tiny-cli", retries=0)
         [[c]] = client.chat([_req("hi", max_tokens=3)])
         assert c.completion_tokens == 3 and c.finish_reason == "length"
+        # token ids and log-probs over HTTP, from another process: the local model's on the same tokens
+        [sampled, forced] = client.chat(
+            [
+                _req("Search query: river", temperature=1.0, max_tokens=8, n=2, seed=5),
+                ChatRequest(
+                    [{"role": "user", "content": "hi"}], Sampling(max_tokens=4), prefix="The answer is"
+                ),
+            ]
+        )
+        local = tiny.chat([_req("Search query: river", temperature=1.0, max_tokens=8, n=2, seed=5)])[0]
+        assert [h.completion_ids for h in sampled] == [loc.completion_ids for loc in local]
+        _assert_scored_like_local(tiny, [*sampled, *forced])
+        assert forced[0].text.startswith("The answer is") and forced[0].forced_tokens > 0
         assert any("tiny-cli" in line for line in srv.lines)  # the announce line names the served model
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import TEST_DEVICE
 
-from ragteam.llm.base import ChatModel, ChatRequest, Completion, ModelError, Sampling
-from ragteam.llm.local import LocalChatModel
+from ragteam.llm.base import ChatModel, ChatRequest, Completion, ModelError, Sampling, TokenCounter
+from ragteam.llm.local import LocalChatModel, group_rows
 from ragteam.llm.sampling import find_stop, next_tokens, sample_seed
 from ragteam.llm.tiny import tiny_model_dir
 
@@ -210,3 +210,148 @@ def test_logprob_helpers_are_normalized(tiny):
     [[c]] = tiny.chat([_req("hi", max_tokens=4)])
     assert all(lp <= 0 for lp in c.logprobs)
     assert all(math.isfinite(lp) for lp in c.logprobs)
+
+
+# ---- forced prefixes, shared prefill, token counting ---------------------------------------------------------
+
+
+def _prefixed(text: str, prefix: str, sample_after_prefix: bool = True, **sampling) -> ChatRequest:
+    return ChatRequest(
+        [{"role": "user", "content": text}],
+        Sampling(**sampling),
+        prefix,
+        sample_after_prefix=sample_after_prefix,
+    )
+
+
+def _assert_logprobs_match_a_forward_pass(model: LocalChatModel, comps: list[Completion]) -> None:
+    reference = model.logprobs([c.prompt_ids for c in comps], [c.completion_ids for c in comps])
+    for c, ref in zip(comps, reference):
+        assert len(c.logprobs) == len(ref) == len(c.completion_ids) == c.completion_tokens
+        assert max(abs(x - y) for x, y in zip(c.logprobs, ref)) < 1e-4
+
+
+def test_forced_prefix_comes_back_scored_in_a_mixed_batch(tiny):
+    eot = tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    reqs = [
+        _req(PROMPTS[0], max_tokens=12),
+        _prefixed(PROMPTS[0], "The answer is", max_tokens=10),
+        _prefixed(PROMPTS[2], "[Retrieval] ", temperature=1.0, max_tokens=14, n=3, seed=5),
+        _req(PROMPTS[3], temperature=1.0, top_p=0.9, max_tokens=9, n=2, seed=2),
+        _prefixed(PROMPTS[1], "Paris.", sample_after_prefix=False),
+        _prefixed(PROMPTS[4], "query: x", temperature=0.7, max_tokens=6, seed=1, stop=("query",)),
+    ]
+    out = tiny.chat(reqs)  # 9 rows in chunks of 4, prefix lengths differ within a chunk
+    comps = []
+    for req, got in zip(reqs, out):
+        assert isinstance(got, list) and len(got) == req.sampling.n
+        prefix_ids = tiny.prefix_ids(req.prefix)
+        assert bool(prefix_ids) == bool(req.prefix)
+        for c in got:
+            assert c.prompt_ids == tiny.prompt_ids(req.messages)  # the prompt without the prefix
+            assert c.prompt_tokens == len(c.prompt_ids)
+            assert c.forced_tokens == len(prefix_ids)
+            assert c.completion_ids[: c.forced_tokens] == prefix_ids  # the n samples share the prefix
+            assert c.logprobs_temperature == 1.0
+            sampled = c.completion_ids[c.forced_tokens :]
+            assert sampled  # something after the prefix: a sampled token or end-of-turn
+            body = sampled[:-1] if sampled[-1] == eot else sampled
+            if not req.sampling.stop:
+                assert c.text == req.prefix + tiny.tokenizer.decode(body, skip_special_tokens=True)
+            assert c.text.startswith(req.prefix)
+            comps.append(c)
+    _assert_logprobs_match_a_forward_pass(tiny, comps)
+    # the sampled part of a prefixed request counts against max_tokens, the prefix does not
+    assert out[1][0].completion_tokens == out[1][0].forced_tokens + 10
+    # a stop string inside the prefix does not stop the completion: only the sampled part is searched
+    [stopped] = out[5]
+    assert len(stopped.completion_ids) > stopped.forced_tokens
+    assert "query" not in stopped.text[len("query: x") :]
+
+
+def test_prefix_continues_exactly_where_the_model_would_have(tiny):
+    # Force the first k tokens the model writes greedily anyway, as text that tokenizes back to the same ids
+    # (the tiny model's gibberish often splits characters across tokens: search for such a prompt and k).
+    frees = [c for [c] in tiny.chat([_req(p, max_tokens=16) for p in PROMPTS])]
+    decode = tiny.tokenizer.decode
+    prompt, k, free = next(
+        (p, k, c)
+        for p, c in zip(PROMPTS, frees)
+        for k in range(8, 2, -1)
+        if tiny.prefix_ids(decode(c.completion_ids[:k])) == c.completion_ids[:k]
+    )
+    [[forced]] = tiny.chat([_prefixed(prompt, decode(free.completion_ids[:k]), max_tokens=16 - k)])
+    assert forced.forced_tokens == k
+    assert forced.completion_ids == free.completion_ids  # greedy after the model's own prefix: same tokens
+    assert max(abs(x - y) for x, y in zip(forced.logprobs, free.logprobs)) < 1e-4  # prefix scored as sampled
+    assert forced.finish_reason == free.finish_reason == "length"
+
+
+def test_sample_after_prefix_false_closes_the_prefix(tiny):
+    eot = tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    before = tiny.stats["generated_tokens"]
+    [closed] = tiny.chat([_prefixed(PROMPTS[0], "Paris", sample_after_prefix=False, temperature=1.0, n=2)])
+    for c in closed:
+        assert c.completion_ids == tiny.prefix_ids("Paris") + [eot]
+        assert c.forced_tokens == len(c.completion_ids) - 1
+        assert c.finish_reason == "stop"
+        assert c.text == "Paris"
+    assert tiny.stats["generated_tokens"] - before == 2  # one step: the end-of-turn token of each row
+    _assert_logprobs_match_a_forward_pass(tiny, closed)
+    [[bare]] = tiny.chat([_prefixed(PROMPTS[0], "", sample_after_prefix=False)])
+    assert bare.completion_ids == [eot] and bare.text == "" and bare.forced_tokens == 0
+
+
+def test_bad_prefix_is_a_value_and_the_others_still_run(tiny):
+    out = tiny.chat([_prefixed("hi", "word " * 20000), _prefixed("hi", "ok", max_tokens=2)])
+    assert isinstance(out[0], ModelError) and "context" in out[0].message
+    assert isinstance(out[1], list) and out[1][0].completion_tokens == out[1][0].forced_tokens + 2
+
+
+def test_group_rows_groups_identical_inputs_by_first_occurrence():
+    assert group_rows([[1, 2], [3], [1, 2], [1, 2, 3], [3]]) == ([0, 1, 3], [0, 1, 0, 2, 1])
+    assert group_rows([[5], [6]]) == ([0, 1], [0, 1])
+
+
+def _stats_delta(model: LocalChatModel, requests: list[ChatRequest]) -> tuple[list, dict[str, int]]:
+    before = dict(model.stats)
+    out = model.chat(requests)
+    return out, {k: model.stats[k] - before[k] for k in before}
+
+
+def test_shared_prefill_runs_a_prompt_once_and_changes_no_token(tiny):
+    unshared = LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=4, share_prefill=False)
+    greedy = _req(PROMPTS[2], max_tokens=10, n=4)
+    n_prompt = len(tiny.prompt_ids(greedy.messages))
+    [shared_out], shared = _stats_delta(tiny, [greedy])
+    [plain_out], plain = _stats_delta(unshared, [greedy])
+    assert shared["rows"] == plain["rows"] == 4
+    assert shared["prefill_rows"] == 1 and shared["prefill_tokens"] == n_prompt
+    assert plain["prefill_rows"] == 4 and plain["prefill_tokens"] == 4 * n_prompt
+    assert [c.completion_ids for c in shared_out] == [c.completion_ids for c in plain_out]
+    assert len({tuple(c.completion_ids) for c in shared_out}) == 1
+    # seeded samples of one prompt, the same prompt in another request, a prefixed variant, another prompt
+    reqs = [
+        _req(PROMPTS[0], temperature=1.0, max_tokens=12, n=2, seed=11),
+        _req(PROMPTS[3], max_tokens=6),
+        _req(PROMPTS[0], temperature=1.0, max_tokens=12, seed=12),
+        _prefixed(PROMPTS[0], "Paris", temperature=1.0, max_tokens=8, seed=11),
+    ]
+    shared_out, shared = _stats_delta(tiny, reqs)
+    plain_out, plain = _stats_delta(unshared, reqs)
+    n0, n3 = len(tiny.prompt_ids(reqs[0].messages)), len(tiny.prompt_ids(reqs[1].messages))
+    assert shared["prefill_rows"] == 3  # PROMPTS[0] once for 3 rows, PROMPTS[3], PROMPTS[0] + prefix
+    assert shared["prefill_tokens"] == 2 * n0 + n3 + len(tiny.prefix_ids("Paris"))
+    assert plain["prefill_rows"] == 5
+    for got, ref in zip(shared_out, plain_out):
+        assert [c.completion_ids for c in got] == [c.completion_ids for c in ref]
+        assert max(abs(x - y) for c, d in zip(got, ref) for x, y in zip(c.logprobs, d.logprobs)) < 1e-4
+    _assert_logprobs_match_a_forward_pass(tiny, [c for got in shared_out for c in got])
+
+
+def test_count_tokens_measures_the_rendered_prompt(tiny):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPTS[2]}]
+    assert tiny.count_tokens(messages) == len(tiny.prompt_ids(messages))
+    [[c]] = tiny.chat([ChatRequest(messages, Sampling(max_tokens=2))])
+    assert tiny.count_tokens(messages) == c.prompt_tokens
+    assert isinstance(tiny, TokenCounter) and tiny.context_length == 8192

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ragteam.llm.base import Completion
-from ragteam.rollout.tree import Episode, Node, read_episodes, write_episodes
+from ragteam.rollout.traces import read_episodes, write_episodes
+from ragteam.rollout.tree import Episode, Node
 from ragteam.types import Action, Doc, Hit, Question
 
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted import drive, question
 
-from ragteam.rollout.requests import Answer
+from ragteam.protocol import Answer
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.registry import WORKFLOWS, build_workflow
 
@@ -40,7 +40,7 @@ outputs = st.one_of(st.sampled_from(NEAR_MISSES), st.text(max_size=200))
     mc=st.booleans(),
 )
 def test_every_workflow_answers_whatever_the_models_write(data, name, strategy, variant, mc):
-    cfg = WorkflowConfig(topk=3, candidates=4, max_depth=3, max_steps=4, strategy=strategy, variant=variant)
+    cfg = WorkflowConfig(topk=3, candidates=4, max_rounds=3, max_steps=4, strategy=strategy, variant=variant)
     q = question(choices={"A": "yes", "B": "no"} if mc else None)
     t = drive(
         build_workflow(name, cfg),
@@ -55,7 +55,7 @@ def test_every_workflow_answers_whatever_the_models_write(data, name, strategy, 
     assert isinstance(t.answer, Answer) and isinstance(t.answer.text, str)
     acts = len(t.acts())
     if name == "c3po":
-        assert acts <= 1 + 2 * cfg.max_depth
+        assert acts <= 1 + 2 * cfg.max_rounds
     elif name == "mmoa":
         assert acts <= 3
     elif name.startswith("gym:"):

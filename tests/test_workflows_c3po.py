@@ -115,10 +115,10 @@ def test_malformed_filter_keeps_every_document():
 # ---------------------------------------------------------------------- the planning loop
 
 
-def test_planning_loop_stops_at_max_depth():
+def test_planning_loop_stops_at_max_rounds():
     n = iter(range(100))
     t = drive(
-        c3po(strategy="planning", max_depth=3, topk=2),
+        c3po(strategy="planning", max_rounds=3, topk=2),
         Q,
         policy={
             "decider": lambda act: f"Thought: more\nAction: [Retrieval] query {next(n)}",
@@ -128,13 +128,13 @@ def test_planning_loop_stops_at_max_depth():
     assert t.roles() == ["decider", "filter"] * 3
     assert t.queries() == ["query 0", "query 1", "query 2"]
     info = t.answer.info
-    assert info["rounds"] == 3 and info["stop"] == "max_depth" and info["depth"] == 6
+    assert info["rounds"] == 3 and info["stop"] == "max_rounds" and info["depth"] == 6
     assert len(info["doc_ids"]) == 6  # two kept per round, accumulated
 
 
 def test_planning_accumulates_without_repeats_and_notes_empty_searches():
     t = drive(
-        c3po(strategy="planning", max_depth=4, topk=2),
+        c3po(strategy="planning", max_rounds=4, topk=2),
         Q,
         policy={
             "decider": [
@@ -155,7 +155,7 @@ def test_planning_accumulates_without_repeats_and_notes_empty_searches():
 
 
 def test_malformed_decider_retrieves_the_question_first_then_hands_over():
-    t = drive(c3po(strategy="planning", max_depth=5), Q, policy={"decider": "hmm", "filter": "Action: [1]"})
+    t = drive(c3po(strategy="planning", max_rounds=5), Q, policy={"decider": "hmm", "filter": "Action: [1]"})
     assert t.queries() == [Q.question]
     assert t.roles() == ["decider", "filter", "decider"]
     assert t.answer.info["invalid"] == 2 and t.answer.info["stop"] == "llm"
@@ -163,7 +163,7 @@ def test_malformed_decider_retrieves_the_question_first_then_hands_over():
 
 def test_budget_stop_still_answers_with_what_was_gathered():
     t = drive(
-        c3po(strategy="planning", max_depth=5, topk=2),
+        c3po(strategy="planning", max_rounds=5, topk=2),
         Q,
         policy={"decider": "Action: [Retrieval] more", "filter": "Action: [1]"},
         max_acts=3,  # decider, filter, decider -> the filter of round 2 is stopped

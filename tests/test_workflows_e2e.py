@@ -65,7 +65,7 @@ def test_c3po_end_to_end(parts):
         assert all(n.completion.logprobs for n in ep.policy_nodes())
         assert [n.role for n in ep.nodes if n.kind == "llm"] == ["answer"]
     # the planning strategy, forced, with a real loop
-    episodes, _ = run(parts, "c3po", n=1, strategy="planning", max_depth=2)
+    episodes, _ = run(parts, "c3po", n=1, strategy="planning", max_rounds=2)
     for ep in episodes:
         leaf = leaf_of(ep)
         assert [n.role for n in ep.nodes if n.kind == "llm"] == ["roadmap", "answer"]
@@ -97,7 +97,7 @@ def test_gym_agents_end_to_end(parts):
 
 def test_branching_replays_every_system(parts):
     """Forks re-run the workflow on the recorded prefix: it must ask for exactly the same things."""
-    rollout = RolloutConfig(max_tokens=6, llm_max_tokens=4, temperature=1.0, branching=[2, 1], seed=3)
+    rollout = RolloutConfig(max_tokens=6, llm_max_tokens=4, temperature=1.0, forks=[2, 1], seed=3)
     for name, wf in (("c3po", {}), ("mmoa", {"candidates": 2}), ("gym:re2search", {"max_steps": 2})):
         episodes, _ = run(parts, name, rollout=rollout, n=1, **wf)
         for ep in episodes:

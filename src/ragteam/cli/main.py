@@ -20,6 +20,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval-retrieval",): ("eval_retrieval", "Recall@k of supporting paragraphs for bm25, dense and hybrid."),
     ("ask",): ("ask", "Run one question through a workflow and print its trace."),
     ("eval",): ("evaluate", "Evaluate a workflow on a benchmark file: traces, metrics, statistics, plots."),
+    ("train",): ("train", "Train the policy (sft, dpo) or a critic on JSONL rows (TRL; full or LoRA)."),
+    ("collect",): ("collect", "Collect training rows: SFT (rejection sampling, MMOA-RAG) or ranked pairs."),
     ("serve", "retriever"): ("serve_retriever", "Serve an index over HTTP: Search-R1's POST /retrieve."),
     ("serve", "llm"): ("serve_llm", "Serve a local model over the OpenAI chat-completions API."),
 }

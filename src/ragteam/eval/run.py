@@ -22,7 +22,7 @@ from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.scores import aggregate, question_rows
 from ragteam.eval.setup import RunConfig, build_run
 from ragteam.eval.stats import workflow_stats
-from ragteam.eval.traces import TraceWriter, finished_ids, load_trace
+from ragteam.rollout.traces import TraceWriter, finished_ids, load_trace
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
 

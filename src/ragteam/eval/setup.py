@@ -15,23 +15,25 @@ from pathlib import Path
 
 from pydantic import Field
 
+from ragteam.config import Config
 from ragteam.llm.base import ChatModel
 from ragteam.llm.config import ModelConfig
+from ragteam.protocol import Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
-from ragteam.rollout.requests import Workflow
 from ragteam.workflows.config import WorkflowConfig
-
-POLICY_FREE = frozenset({"direct", "standard-rag"})
-"""Workflows in which no role is played by the policy (the baselines): no policy model is loaded for them."""
-
-RETRIEVAL_FREE = frozenset({"direct", "gym:direct", "gym:cot"})
-"""Workflows that never search: no retriever is opened for them."""
 
 DEMO_DATA = "hotpotqa-dev-50.jsonl"
 """The bundled demo questions (ragteam/demo/), whose pooled paragraphs are `ask`'s default corpus."""
+
+
+class CriticConfig(Config):
+    """A trained critic (process reward model) that scores candidate acts for keep-one-of-N."""
+
+    model: str | None = Field(None, description="critic folder written by `ragteam train critic`")
+    device: str = Field("auto", description="auto, cpu or cuda")
 
 
 class RunConfig(WorkflowConfig):
@@ -52,7 +54,12 @@ class RunConfig(WorkflowConfig):
         default_factory=RetrieverConfig,
         description="the corpus: --retriever.index DIR, --retriever.url URL, or the dataset's own paragraphs",
     )
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="decoding, seeds and budgets")
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig, description="decoding, seeds, forks, keep-one-of-N and budgets"
+    )
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig, description="the critic that scores candidates (--rollout.best-of.*)"
+    )
 
     def workflow_config(self) -> WorkflowConfig:
         """The workflow options alone, as the workflow's constructor takes them."""
@@ -100,10 +107,8 @@ def demo_data_path() -> Path | None:
 
 
 def needs_retriever(cfg: RunConfig) -> bool:
-    """Whether the configured workflow may search (C-3PO forced to answer directly does not)."""
-    if cfg.workflow in RETRIEVAL_FREE:
-        return False
-    return not (cfg.workflow == "c3po" and cfg.strategy == "no_retrieval")
+    """Whether the configured workflow may search (as it declares: C-3PO forced to answer directly does not)."""
+    return "retriever" in build_workflow(cfg).needs
 
 
 def build_retriever(cfg: RunConfig, data: str | None = None, fmt: str | None = None) -> Retriever:
@@ -123,8 +128,16 @@ def build_retriever(cfg: RunConfig, data: str | None = None, fmt: str | None = N
 def build_run(cfg: RunConfig, data: str | None = None, fmt: str | None = None) -> RunParts:
     """Workflow, models, retriever and engine for `cfg`; `data` is the dataset whose paragraphs are the
     default corpus. The workflow is built first, so a wrong name fails before any model loads."""
+    from ragteam.rollout.select import build_scorer
+
     workflow = build_workflow(cfg)
-    retriever = build_retriever(cfg, data, fmt) if needs_retriever(cfg) else None
-    policy, llm = build_models(cfg, need_policy=cfg.workflow not in POLICY_FREE)
-    engine = Engine(policy, llm, retriever, cfg.rollout)
+    retriever = build_retriever(cfg, data, fmt) if "retriever" in workflow.needs else None
+    policy, llm = build_models(cfg, need_policy="policy" in workflow.needs)
+    critic = None
+    if cfg.critic.model is not None:
+        from ragteam.llm.critic import CriticModel
+
+        critic = CriticModel(cfg.critic.model, device=cfg.critic.device)
+    scorer = build_scorer(cfg.rollout, policy, llm, retriever, critic)
+    engine = Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)
     return RunParts(workflow=workflow, policy=policy, llm=llm, retriever=retriever, engine=engine)

@@ -30,23 +30,43 @@ class Sampling:
 
 @dataclass(frozen=True)
 class ChatRequest:
+    """One prompt to answer. `prefix` forces the start of the assistant's reply (C-3PO's forced strategies):
+    its tokens come back as the first `Completion.forced_tokens` completion ids, scored like sampled ones.
+    With `sample_after_prefix=False` nothing is sampled: the reply is the prefix closed by end-of-turn."""
+
     messages: list[Message]
     sampling: Sampling = field(default_factory=Sampling)
+    prefix: str = ""
+    sample_after_prefix: bool = True
 
 
 @dataclass
 class Completion:
-    """One sampled completion. Token ids and log-probs are filled by backends that run the model themselves."""
+    """One sampled completion, exact enough to train on.
+
+    `text` is what the workflow reads (a forced prefix included; end-of-turn and stop strings excluded, as in
+    the OpenAI API). `completion_ids` are every token the model was run on after the prompt: the forced
+    prefix's first, then the sampled ones, the end-of-turn token included when it was emitted. A trainer
+    trains on all of `completion_ids` (end-of-turn included: it teaches the model to stop). `logprobs[t]` is
+    log p(completion_ids[t] | prompt, completion_ids[:t]) at `logprobs_temperature` (1.0: the raw model,
+    whatever temperature the token was sampled at, which is what PPO ratios need). Ids and log-probs are
+    None where the backend could not provide them (an HTTP server that does not return them).
+    """
 
     text: str
-    finish_reason: str = "stop"  # "stop" | "length"
+    finish_reason: str = "stop"  # "stop" | "length" (max tokens cut the completion)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
-    logprobs: list[float] | None = (
-        None  # one per completion token: log-softmax of the raw logits (temperature 1, no top-p), what PPO ratios need
-    )
+    logprobs: list[float] | None = None
+    forced_tokens: int = 0  # leading completion ids that were a forced prefix, not sampled
+    logprobs_temperature: float = 1.0
+
+    @property
+    def cut(self) -> bool:
+        """Whether max tokens cut the completion (it did not end by itself)."""
+        return self.finish_reason == "length"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,4 +98,15 @@ class ChatModel(Protocol):
 
     def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Answer each request with `request.sampling.n` completions, or a ModelError; same order as input."""
+        ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A model that can measure prompts: the engine fits overlong prompts to `context_length` with it."""
+
+    context_length: int
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens of `messages` rendered as a prompt (chat template and assistant header included)."""
         ...

@@ -44,3 +44,8 @@ class ModelConfig(Config):
     concurrency: int = Field(16, ge=1, description="openai backend: most requests in flight at once")
     timeout: float = Field(120.0, gt=0, description="openai backend: seconds per HTTP request")
     retries: int = Field(3, ge=0, description="openai backend: retries on connection errors, 5xx and 429")
+    logprobs: bool = Field(
+        True,
+        description="openai backend: ask for token ids and log-probs (OpenAI's logprobs and vLLM's token-id "
+        "extensions; a server that rejects them is asked without them)",
+    )

@@ -30,5 +30,6 @@ def build_chat_model(cfg: ModelConfig) -> ChatModel:
             concurrency=cfg.concurrency,
             timeout=cfg.timeout,
             retries=cfg.retries,
+            logprobs=cfg.logprobs,
         )
     raise ValueError(f"model config: unknown backend {cfg.backend!r} (local or openai)")

@@ -1,16 +1,29 @@
 """Local chat backend on transformers: chat template, left-padded batched decoding, token ids and log-probs.
 
 Decoding is our own loop over the model's KV cache (not `model.generate`) so that one batch can mix requests
-with different temperature / top_p / max_tokens / stop strings / seeds, rows that finish leave the batch, and
-every sampled token's log-probability comes out of the same forward pass.
+with different temperature / top_p / max_tokens / stop strings / seeds / forced prefixes, rows that finish
+leave the batch, and every token's log-probability comes out of the forward pass that ran on it.
 
-Log-probs. `Completion.logprobs[t]` is log p(token_t | prefix) under the *raw model distribution*
-(temperature 1, no top-p), whatever temperature the token was sampled at. That is what PPO's ratio and DPO's
-reference terms need, and it equals a plain forward pass over the same tokens (`LocalChatModel.logprobs`).
+Log-probs. `Completion.logprobs[t]` is log p(completion_ids[t] | prompt, completion_ids[:t]) under the *raw
+model distribution* (temperature 1, no top-p), whatever temperature the token was sampled at. That is what
+PPO's ratio and DPO's reference terms need, and it equals a plain forward pass over the same tokens
+(`LocalChatModel.logprobs`).
 
-Token ids. `completion_ids` are exactly the sampled tokens, including the end-of-turn token when the model
-emitted one and the token that completed a stop string; `text` excludes both (and everything after a stop
-string), as the OpenAI API does. `completion_tokens == len(completion_ids)`.
+Token ids. `prompt_ids` are the chat template's rendering (assistant header included). `completion_ids` are
+the forced prefix's tokens (`ChatRequest.prefix`, tokenized on its own: the first `forced_tokens` ids, scored
+from the prompt's forward pass), then exactly the sampled tokens, including the end-of-turn token when the
+model emitted one and the token that completed a stop string. `text` is the prefix followed by the sampled
+text without the end-of-turn token or a stop string (and everything after it), as the OpenAI API does; stop
+strings are looked for in the sampled part only. `max_tokens` bounds the sampled tokens, not the prefix. With
+`sample_after_prefix=False` nothing is sampled: the prefix is closed by the end-of-turn token, scored too.
+`completion_tokens == len(completion_ids)`.
+
+Shared prefill. Rows of a batch with identical input ids (the n samples of one request, the same prompt asked
+twice) run the prompt's forward pass once; its KV cache is then copied to each row. This changes no token
+(the rows would have computed the same cache, up to float round-off between batch shapes) and saves the
+prompt's compute n - 1 times, which is most of the work when n continuations of a long prompt are short (tree
+rollouts). `stats` counts the `prefill_rows` and `prefill_tokens` actually computed (`share_prefill=False`
+turns sharing off, for benchmarks).
 
 Seeds. Sample j of a request with seed s draws from its own generator seeded by mix(s, j), so a seeded
 request gives the same samples whatever else shares its batch (up to float round-off between batch shapes).
@@ -61,17 +74,43 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def group_rows(inputs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Group rows by identical input ids, so that each distinct prompt is prefilled once.
+
+    Returns (first, group): `first[g]` is the first row with distinct input g and `group[i]` is row i's
+    distinct input, so `inputs[first[group[i]]] == inputs[i]`.
+    """
+    index: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    group: list[int] = []
+    for i, ids in enumerate(inputs):
+        g = index.setdefault(tuple(ids), len(first))
+        if g == len(first):
+            first.append(i)
+        group.append(g)
+    return first, group
+
+
+def _ungrouped(n: int) -> tuple[list[int], list[int]]:
+    """`group_rows` when sharing is off: every row is its own group."""
+    return list(range(n)), list(range(n))
+
+
 @dataclass
 class _Row:
     """One sequence being decoded: sample `sample` of request `request`."""
 
     request: int
     sample: int
-    prompt_ids: list[int]
+    prompt_ids: list[int]  # the rendered chat template
+    inputs: list[int]  # what the prefill runs on: prompt_ids + the forced prefix's ids
+    prefix: str
+    forced: int  # tokens of the forced prefix (the first `forced` of `ids`)
+    close_after_prefix: bool  # sample nothing: the next token is end-of-turn
     sampling: Sampling
-    max_new: int
+    max_new: int  # sampled tokens at most
     generator: torch.Generator | None
-    ids: list[int] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)  # completion ids: the prefix's, then the sampled ones
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
     text: str | None = None
@@ -89,6 +128,7 @@ class LocalChatModel:
         max_batch_size: int = 32,
         name: str | None = None,
         merge_lora: bool = True,
+        share_prefill: bool = True,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,20 +149,25 @@ class LocalChatModel:
         model.to(dev)
         model.eval()
         default_name = Path(path).name if str(path_or_name) not in ("smollm2", "tiny") else str(path_or_name)
-        self._setup(model, tokenizer, name or default_name, max_batch_size)
+        self._setup(model, tokenizer, name or default_name, max_batch_size, share_prefill)
         self.path = path
 
     @classmethod
     def from_model(
-        cls, model: Any, tokenizer: Any, name: str = "policy", max_batch_size: int = 32
+        cls,
+        model: Any,
+        tokenizer: Any,
+        name: str = "policy",
+        max_batch_size: int = 32,
+        share_prefill: bool = True,
     ) -> LocalChatModel:
         """Wrap an already loaded model + tokenizer (e.g. the policy being trained); shares its weights."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name, max_batch_size)
+        self._setup(model, tokenizer, name, max_batch_size, share_prefill)
         self.path = None
         return self
 
-    def _setup(self, model: Any, tokenizer: Any, name: str, max_batch_size: int) -> None:
+    def _setup(self, model: Any, tokenizer: Any, name: str, max_batch_size: int, share_prefill: bool) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if tokenizer.chat_template is None:
@@ -131,6 +176,7 @@ class LocalChatModel:
         self.tokenizer = tokenizer
         self.name = name
         self.max_batch_size = max_batch_size
+        self.share_prefill = share_prefill
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -140,9 +186,10 @@ class LocalChatModel:
         )
         eos.add(im_end)
         self.eos_ids = frozenset(i for i in eos if i is not None)
+        self.eot_id = im_end if im_end is not None else tokenizer.eos_token_id  # closes a forced-only reply
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
         self._lock = threading.Lock()
-        self.stats = {"batches": 0, "rows": 0, "generated_tokens": 0}
+        self.stats = {"batches": 0, "rows": 0, "prefill_rows": 0, "prefill_tokens": 0, "generated_tokens": 0}
 
     @property
     def device(self) -> torch.device:
@@ -155,6 +202,14 @@ class LocalChatModel:
         text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def count_tokens(self, messages: Sequence[dict]) -> int:
+        """Tokens of `messages` as a prompt (assistant header included): the engine fits prompts with it."""
+        return len(self.prompt_ids(messages))
+
+    def prefix_ids(self, prefix: str) -> list[int]:
+        """Token ids of a forced reply prefix, tokenized on its own (it follows the assistant header)."""
+        return list(self.tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else []
+
     # ---- the ChatModel interface ---------------------------------------------------------------------------
 
     def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
@@ -166,7 +221,7 @@ class LocalChatModel:
                 rows.extend(self._rows_for(i, req))
             except Exception as e:  # noqa: BLE001 - a bad request is a value, never sinks the batch
                 results[i] = ModelError(f"{type(e).__name__}: {e}", where=f"local:{self.name}")
-        rows.sort(key=lambda r: len(r.prompt_ids))
+        rows.sort(key=lambda r: (len(r.inputs), r.inputs))  # identical prompts side by side: one prefill
         failed: dict[int, ModelError] = {}
         with self._lock, torch.inference_mode():
             for start in range(0, len(rows), self.max_batch_size):
@@ -195,19 +250,39 @@ class LocalChatModel:
             raise ValueError(f"max_tokens must be >= 1, got {s.max_tokens}")
         if s.temperature < 0 or not 0 < s.top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {s.temperature}, {s.top_p}")
+        if not req.sample_after_prefix and self.eot_id is None:
+            raise ValueError("sample_after_prefix=False needs an end-of-turn token; the tokenizer has none")
         ids = self.prompt_ids(req.messages)
-        room = self.context_length - len(ids)
+        prefix = self.prefix_ids(req.prefix)
+        room = self.context_length - len(ids) - len(prefix)
         if room < 1:
             raise ValueError(
-                f"prompt of {len(ids)} tokens leaves no room in the context of {self.context_length}"
+                f"prompt of {len(ids)} tokens and prefix of {len(prefix)} leave no room in the context of "
+                f"{self.context_length}"
             )
+        inputs = ids + prefix  # shared by the n rows: they are prefilled once
+        max_new = min(s.max_tokens, room) if req.sample_after_prefix else 1
         rows = []
         for j in range(s.n):
             gen = None
             if s.temperature > 0:
                 gen = torch.Generator(device="cpu")
                 gen.manual_seed(sample_seed(s.seed, j))
-            rows.append(_Row(index, j, ids, s, min(s.max_tokens, room), gen))
+            rows.append(
+                _Row(
+                    request=index,
+                    sample=j,
+                    prompt_ids=ids,
+                    inputs=inputs,
+                    prefix=req.prefix,
+                    forced=len(prefix),
+                    close_after_prefix=not req.sample_after_prefix,
+                    sampling=s,
+                    max_new=max_new,
+                    generator=gen,
+                    ids=list(prefix),
+                )
+            )
         return rows
 
     def _completion(self, r: _Row) -> Completion:
@@ -219,6 +294,8 @@ class LocalChatModel:
             prompt_ids=list(r.prompt_ids),
             completion_ids=list(r.ids),
             logprobs=list(r.logprobs),
+            forced_tokens=r.forced,
+            logprobs_temperature=1.0,
         )
 
     # ---- decoding ------------------------------------------------------------------------------------------
@@ -227,21 +304,13 @@ class LocalChatModel:
         """Decode `rows` together until each hits EOS, a stop string or its max_new tokens (fills the rows)."""
         dev = self.device
         b = len(rows)
-        width = max(len(r.prompt_ids) for r in rows)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((b, width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            attn[i, width - len(r.prompt_ids) :] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        cache, logits, attn, pos = self._prefill(rows)
         temperature = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, device=dev)
         top_p = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=dev)
-        out = self.model(
-            input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1
+        # -1: the row samples its next token; else the token it must take (end-of-turn after a bare prefix)
+        forced_next = torch.tensor(
+            [self.eot_id if r.close_after_prefix else -1 for r in rows], dtype=torch.long, device=dev
         )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
         next_pos = pos[:, -1:] + 1
         active = list(range(b))  # rows[active[k]] is batch row k
         self.stats["batches"] += 1
@@ -256,6 +325,7 @@ class LocalChatModel:
                 device=dev,
             )
             tokens = next_tokens(logits, temperature, top_p, uniforms)
+            tokens = torch.where(forced_next >= 0, forced_next, tokens)
             token_lp = gather_logprobs(logits, tokens).tolist()
             token_list = tokens.tolist()
             keep: list[int] = []
@@ -269,7 +339,7 @@ class LocalChatModel:
                 sel = torch.tensor(keep, dtype=torch.long, device=dev)
                 cache.reorder_cache(sel)
                 tokens, attn, next_pos = tokens[sel], attn[sel], next_pos[sel]
-                temperature, top_p = temperature[sel], top_p[sel]
+                temperature, top_p, forced_next = temperature[sel], top_p[sel], forced_next[sel]
                 active = [active[k] for k in keep]
             attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=-1)
             out = self.model(
@@ -283,23 +353,62 @@ class LocalChatModel:
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
 
+    def _prefill(self, rows: list[_Row]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the rows' inputs through the model, each distinct input once, and score the forced prefixes.
+
+        Returns the KV cache, the next-token logits [B, V] float32, the attention mask and the position ids
+        [B, width], one row per row of `rows` (rows with the same inputs get copies of one prefilled row).
+        """
+        dev = self.device
+        first, group = group_rows([r.inputs for r in rows]) if self.share_prefill else _ungrouped(len(rows))
+        inputs = [rows[i].inputs for i in first]
+        width = max(map(len, inputs))
+        ids = torch.full((len(inputs), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(inputs), width), dtype=torch.long)
+        for i, x in enumerate(inputs):
+            ids[i, width - len(x) :] = torch.tensor(x)
+            attn[i, width - len(x) :] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        forced = max(rows[i].forced for i in first)
+        out = self.model(
+            input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=forced + 1
+        )
+        self.stats["prefill_rows"] += len(inputs)
+        self.stats["prefill_tokens"] += sum(map(len, inputs))
+        # logits [G, forced + 1, V]: the predictions of the last `forced` input tokens, then of the next token.
+        # A row's prefix is the end of its inputs, so its f tokens are predicted by the f columns before the last.
+        prefix_lp = [
+            gather_logprobs(out.logits[g, forced - rows[i].forced : forced], ids[g, width - rows[i].forced :])
+            for g, i in enumerate(first)
+        ]
+        for r, g in zip(rows, group):
+            r.logprobs = prefix_lp[g].tolist()
+        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        if len(first) < len(rows):
+            sel = torch.tensor(group, dtype=torch.long, device=dev)
+            cache.reorder_cache(sel)  # index_select on the batch axis: copies of the shared rows
+            logits, attn, pos = logits[sel], attn[sel], pos[sel]
+        return cache, logits, attn, pos
+
     def _append(self, r: _Row, token: int, logprob: float) -> bool:
         """Record one sampled token; decide whether the row goes on (True) or has finished (False)."""
         r.ids.append(token)
         r.logprobs.append(logprob)
-        if token in self.eos_ids:
+        sampled = r.ids[r.forced :]  # stop strings are looked for here only, never in the forced prefix
+        if token in self.eos_ids or r.close_after_prefix:
             r.finish = "stop"
-            r.text = self.tokenizer.decode(r.ids[:-1], skip_special_tokens=True)
+            r.text = r.prefix + self.tokenizer.decode(sampled[:-1], skip_special_tokens=True)
             return False
         if r.sampling.stop:
-            text = self.tokenizer.decode(r.ids, skip_special_tokens=True)
+            text = self.tokenizer.decode(sampled, skip_special_tokens=True)
             cut = find_stop(text, r.sampling.stop)
             if cut >= 0:
-                r.finish, r.text = "stop", text[:cut]
+                r.finish, r.text = "stop", r.prefix + text[:cut]
                 return False
-        if len(r.ids) >= r.max_new:
+        if len(sampled) >= r.max_new:
             r.finish = "length"
-            r.text = self.tokenizer.decode(r.ids, skip_special_tokens=True)
+            r.text = r.prefix + self.tokenizer.decode(sampled, skip_special_tokens=True)
             return False
         return True
 

@@ -8,7 +8,26 @@ the endpoint. One bad request never raises or sinks the others.
 
 `n` samples are asked for with the `n` parameter; when a server returns fewer choices, the missing samples are
 requested one at a time (with seed + j when a seed was given). Usage counts come from the server; with n > 1
-the completion tokens are split evenly over the choices (the API reports only their sum).
+and no token ids the completion tokens are split evenly over the choices (the API reports only their sum).
+
+Token ids and log-probs (`logprobs=True`, the default): requests ask for `logprobs: true, top_logprobs: 0` and
+vLLM's `return_tokens_as_token_ids: true, return_token_ids: true`. `Completion.completion_ids` come from the
+choice's `token_ids`, else from `token_id:<id>` token strings; `logprobs` from `logprobs.content`;
+`prompt_ids` from `prompt_token_ids`; `completion_tokens` is then exact per choice. What a server does not
+return stays None (OpenAI's API gives log-probs but no ids). The log-probs are taken as the raw model's
+(temperature 1), as `ragteam serve llm` and vLLM's default `logprobs_mode` (raw_logprobs) compute them. A
+server that answers 400 naming those fields is asked again without them: first without vLLM's two, then
+without any; the model remembers and does not ask that server again.
+
+Forced prefix (`ChatRequest.prefix`): sent as vLLM spells it, a final assistant message with
+`continue_final_message: true, add_generation_prompt: false`. vLLM counts the prefix as prompt: it returns the
+continuation only, and `prompt_token_ids` include the prefix's tokens; the Completion's `text` is then the
+prefix followed by the continuation, and `forced_tokens` is 0 (the prefix's ids are at the end of
+`prompt_ids`). `ragteam serve llm` marks its choices with `forced_tokens`: its content is the whole reply and
+its ids and log-probs start with the prefix's, which the Completion keeps as they are.
+`sample_after_prefix=False` is sent as that server's `sample_after_prefix: false` with `max_tokens: 1`: a
+server that ignores the field (vLLM) samples one token after the prefix, which the Completion keeps (its text
+is then the prefix and that token, not the prefix alone).
 """
 
 from __future__ import annotations
@@ -27,6 +46,14 @@ import httpx
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
+# What a request asks for beyond plain text, from the most to nothing: a server that rejects a level's fields
+# gets the next level that drops every field its error named.
+EXTRAS_LEVELS: tuple[dict[str, Any], ...] = (
+    {"logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True, "return_token_ids": True},
+    {"logprobs": True, "top_logprobs": 0},
+    {},
+)
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -71,6 +98,7 @@ class OpenAIChatModel:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         api_key: str | None = None,
+        logprobs: bool = True,
     ) -> None:
         if concurrency < 1 or retries < 0 or timeout <= 0:
             raise ValueError("need concurrency >= 1, retries >= 0 and timeout > 0")
@@ -85,6 +113,9 @@ class OpenAIChatModel:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.logprobs = logprobs
+        # index into EXTRAS_LEVELS; it only goes up, as servers reject fields
+        self._extras_level = 0 if logprobs else len(EXTRAS_LEVELS) - 1
         self.stats = {"requests": 0, "http_calls": 0, "retries": 0, "errors": 0}
         self._stats_lock = threading.Lock()
         self._client: httpx.Client | None = None
@@ -166,16 +197,23 @@ class OpenAIChatModel:
             self._count("errors")
             return ModelError(f"{type(e).__name__}: {e}", where=self.endpoint)
 
-    def _payload(self, req: ChatRequest, n: int, seed: int | None) -> dict[str, Any]:
+    def _payload(self, req: ChatRequest, n: int, seed: int | None, level: int) -> dict[str, Any]:
         s = req.sampling
+        messages = [{"role": m["role"], "content": m["content"]} for m in req.messages]
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in req.messages],
+            "messages": messages,
             "temperature": s.temperature,
             "top_p": s.top_p,
             "max_tokens": s.max_tokens,
             "n": n,
+            **EXTRAS_LEVELS[level],
         }
+        if req.prefix or not req.sample_after_prefix:
+            messages.append({"role": "assistant", "content": req.prefix})
+            payload.update(continue_final_message=True, add_generation_prompt=False)
+        if not req.sample_after_prefix:
+            payload.update(sample_after_prefix=False, max_tokens=1)
         if s.stop:
             payload["stop"] = list(s.stop)
         if seed is not None:
@@ -183,9 +221,22 @@ class OpenAIChatModel:
         return payload
 
     def _call(self, req: ChatRequest, n: int, seed: int | None) -> list[Completion] | ModelError:
-        """One chat-completions call with retries; its choices as Completions, or a ModelError."""
+        """One chat-completions call, made again with fewer extras if the server rejects them (see module)."""
+        level = self._extras_level
+        while True:
+            got, status = self._post(self._payload(req, n, seed, level), req.prefix)
+            if not isinstance(got, ModelError) or status not in (400, 422):
+                return got
+            lower = _fewer_extras(level, got.message)
+            if lower is None:
+                return got
+            with self._stats_lock:
+                self._extras_level = max(self._extras_level, lower)
+            level = lower
+
+    def _post(self, payload: dict[str, Any], prefix: str) -> tuple[ChatResult, int | None]:
+        """POST with retries: the Completions or a ModelError, and the HTTP status it ended on (if any)."""
         client, _ = self._resources()
-        payload = self._payload(req, n, seed)
         last = "no attempt made"
         for attempt in range(self.retries + 1):
             if attempt:
@@ -199,41 +250,80 @@ class OpenAIChatModel:
             else:
                 if resp.status_code == 200:
                     try:
-                        return self._completions(resp.json())
-                    except (ValueError, KeyError, TypeError, IndexError) as e:
-                        return ModelError(
-                            f"malformed response ({type(e).__name__}: {e})", where=self.endpoint
-                        )
+                        return _completions(resp.json(), prefix), 200
+                    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+                        message = f"malformed response ({type(e).__name__}: {e})"
+                        return ModelError(message, where=self.endpoint), 200
                 last = f"HTTP {resp.status_code}: {error_message(resp)}"
                 if resp.status_code < 500 and resp.status_code not in RETRY_STATUS:
-                    return ModelError(last, where=self.endpoint)
+                    return ModelError(last, where=self.endpoint), resp.status_code
                 wait = _retry_after(resp)
             if attempt < self.retries:
                 delay = min(self.max_backoff, self.backoff * 2**attempt) * (1 + 0.25 * random.random())
                 time.sleep(wait if wait is not None and wait <= self.max_backoff else delay)
-        return ModelError(
-            f"failed after {self.retries + 1} attempts; last error: {last}", where=self.endpoint
-        )
+        message = f"failed after {self.retries + 1} attempts; last error: {last}"
+        return ModelError(message, where=self.endpoint), None
 
-    @staticmethod
-    def _completions(body: dict[str, Any]) -> list[Completion]:
-        choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
-        usage = body.get("usage") or {}
-        prompt_tokens = int(usage.get("prompt_tokens", 0) or 0)
-        total_completion = int(usage.get("completion_tokens", 0) or 0)
-        per_choice = total_completion // max(1, len(choices))
-        out = []
-        for c in choices:
-            message = c.get("message") or {}
-            out.append(
-                Completion(
-                    text=message.get("content") or "",
-                    finish_reason=c.get("finish_reason") or "stop",
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=per_choice,
-                )
+
+def _fewer_extras(level: int, error: str) -> int | None:
+    """The first level after `level` without any of its fields that `error` names; None if it names none."""
+    named = [key for key in EXTRAS_LEVELS[level] if key in error]
+    if not named:
+        return None
+    for lower in range(level + 1, len(EXTRAS_LEVELS)):
+        if not any(key in EXTRAS_LEVELS[lower] for key in named):
+            return lower
+    return None
+
+
+def _completions(body: dict[str, Any], prefix: str) -> list[Completion]:
+    """The response's choices as Completions (module docstring: ids, log-probs, the forced prefix)."""
+    choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+    usage = body.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens", 0) or 0)
+    total_completion = int(usage.get("completion_tokens", 0) or 0)
+    per_choice = total_completion // max(1, len(choices))
+    prompt_ids = body.get("prompt_token_ids")  # vLLM's chat API has it here, its completions API per choice
+    out = []
+    for c in choices:
+        content = (c.get("message") or {}).get("content") or ""
+        ours = c.get("forced_tokens") is not None  # ragteam's server: content and ids include the prefix
+        ids, logprobs = _ids_and_logprobs(c)
+        out.append(
+            Completion(
+                text=content if ours else prefix + content,
+                finish_reason=c.get("finish_reason") or "stop",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=len(ids) if ids is not None else per_choice,
+                prompt_ids=_int_list(prompt_ids if prompt_ids is not None else c.get("prompt_token_ids")),
+                completion_ids=ids,
+                logprobs=logprobs,
+                forced_tokens=int(c["forced_tokens"]) if ours else 0,
             )
-        return out
+        )
+    return out
+
+
+def _ids_and_logprobs(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
+    """A choice's completion ids (`token_ids`, else `token_id:<id>` tokens) and log-probs; None if absent."""
+    content = (choice.get("logprobs") or {}).get("content")
+    logprobs = [float(entry["logprob"]) for entry in content] if content is not None else None
+    ids = _int_list(choice.get("token_ids"))
+    if ids is None and content is not None:
+        tokens = [entry.get("token") for entry in content]
+        if all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+            ids = [int(t.removeprefix(TOKEN_ID_PREFIX)) for t in tokens]
+    if ids is not None and logprobs is not None and len(ids) != len(logprobs):
+        raise ValueError(f"{len(ids)} token ids but {len(logprobs)} log-probs")
+    return ids, logprobs
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        raise TypeError("token ids must be a list of integers")
+    return list(value)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

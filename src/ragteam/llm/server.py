@@ -1,7 +1,23 @@
 """An OpenAI-compatible chat server over any ChatModel, batching concurrent requests into one `chat()` call.
 
 Routes: `POST /v1/chat/completions` (messages, temperature, top_p, max_tokens / max_completion_tokens, stop,
-n, seed; no streaming), `GET /v1/models`, `GET /health` (with the batching counters).
+n, seed, logprobs, top_logprobs and the extensions below; no streaming), `GET /v1/models`, `GET /health` (with
+the batching counters).
+
+Token ids and log-probs, as OpenAI and vLLM spell them, so one client serves both (`OpenAIChatModel`):
+`"logprobs": true` gives each choice `logprobs.content`, one `{token, logprob, bytes, top_logprobs}` per
+completion token (end-of-turn included), `logprob` at temperature 1 as the backend computed it; only
+`top_logprobs: 0` is supported (its lists stay empty). vLLM's `return_tokens_as_token_ids: true` spells each
+`token` as `"token_id:<id>"`; vLLM's `return_token_ids: true` adds `prompt_token_ids` to the response and
+`token_ids` to each choice. A backend without ids or log-probs answers `logprobs: null` / `token_ids: null`.
+
+Forced prefix, as vLLM spells it: a final assistant message with `"continue_final_message": true,
+"add_generation_prompt": false` forces the reply to start with that message's content (`ChatRequest.prefix`).
+Unlike vLLM, which counts the prefix as prompt and returns only the continuation, this server returns the
+reply as the backend computed it: `message.content` is the whole reply, prefix included, and `token_ids` and
+`logprobs` start with the prefix's tokens. The non-standard `forced_tokens` on each choice (0 without a
+prefix) says how many leading tokens were forced, not sampled; clients tell this server from vLLM by it. The
+non-standard `"sample_after_prefix": false` closes the reply right after the prefix (nothing is sampled).
 
 Batching: requests go into a queue; a single loop takes the first waiting request, gathers whatever else arrives
 within `batch_wait_ms` (up to `max_batch_size` requests) and runs `model.chat(batch)` in a worker thread. While a
@@ -24,9 +40,9 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
-from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, ModelError, Sampling
+from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
 
 
 class _TextPart(BaseModel):
@@ -58,6 +74,14 @@ class ChatCompletionBody(BaseModel):
     n: int = Field(1, ge=1)
     seed: int | None = None
     stream: bool = False
+    logprobs: StrictBool | None = False
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    # vLLM's extensions (token ids; a forced assistant prefix) and ours (`sample_after_prefix`)
+    return_tokens_as_token_ids: StrictBool | None = False
+    return_token_ids: StrictBool | None = False
+    continue_final_message: StrictBool = False
+    add_generation_prompt: StrictBool = True
+    sample_after_prefix: StrictBool = True
 
     @field_validator("stop")
     @classmethod
@@ -135,6 +159,53 @@ def _error(
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
 
 
+def _forced_prefix(body: ChatCompletionBody, messages: list[dict[str, str]]) -> str | JSONResponse:
+    """The forced prefix of the reply (popped off `messages`): vLLM's continue_final_message; or a 400."""
+    if not body.continue_final_message:
+        if not body.add_generation_prompt:  # would continue after the prompt's end-of-turn: not supported
+            return _error(
+                400,
+                "add_generation_prompt=false is only supported with continue_final_message=true",
+                param="add_generation_prompt",
+            )
+        return ""
+    if body.add_generation_prompt:
+        return _error(
+            400,
+            "continue_final_message=true needs add_generation_prompt=false",
+            param="add_generation_prompt",
+        )
+    if messages[-1]["role"] != "assistant":
+        return _error(
+            400,
+            "continue_final_message=true needs a final assistant message (the reply's prefix)",
+            param="messages",
+        )
+    return messages.pop()["content"]
+
+
+def _logprobs(c: Completion, tokenizer: Any, as_ids: bool) -> dict[str, Any] | None:
+    """OpenAI's `choice.logprobs` for a completion's tokens; None when the backend gave no ids or log-probs.
+
+    `token` is the token's text (special tokens spelled out), or `token_id:<id>` when `as_ids` (vLLM's
+    `return_tokens_as_token_ids`, exact where a token's text is not); `bytes` is the UTF-8 of its text, null
+    where that text is not exact (no tokenizer, or a token holding part of a character: U+FFFD)."""
+    if c.completion_ids is None or c.logprobs is None or len(c.completion_ids) != len(c.logprobs):
+        return None
+    texts = (
+        tokenizer.batch_decode([[t] for t in c.completion_ids])
+        if tokenizer is not None
+        else [None] * len(c.completion_ids)
+    )
+    content = []
+    for token_id, text, logprob in zip(c.completion_ids, texts, c.logprobs):
+        token = f"token_id:{token_id}" if as_ids or text is None else text
+        raw = None if text is None or "\ufffd" in text else list(text.encode("utf-8"))
+        logprob = max(logprob, -9999.0)  # as vLLM: JSON has no -inf
+        content.append({"token": token, "logprob": logprob, "bytes": raw, "top_logprobs": []})
+    return {"content": content}
+
+
 def _validation_message(e: ValidationError) -> tuple[str, str | None]:
     parts = []
     first = None
@@ -158,6 +229,7 @@ def make_app(
     """A FastAPI app serving `model` as `served_name`; `app.state.batcher` holds the batching counters."""
     batcher = Batcher(model, max_batch_size or int(getattr(model, "max_batch_size", 32)), batch_wait_ms)
     created = int(time.time())
+    tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -225,6 +297,14 @@ def make_app(
                 f"max_tokens must be between 1 and {max_tokens_limit}, got {max_tokens}",
                 param="max_tokens",
             )
+        if body.top_logprobs:
+            return _error(
+                400, "top_logprobs > 0 is not supported by this server (only 0)", param="top_logprobs"
+            )
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        prefix = _forced_prefix(body, messages)
+        if isinstance(prefix, JSONResponse):
+            return prefix
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
         sampling = Sampling(
             temperature=body.temperature,
@@ -234,34 +314,45 @@ def make_app(
             n=body.n,
             seed=body.seed,
         )
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        result = await batcher.submit(ChatRequest(messages=messages, sampling=sampling))  # type: ignore[arg-type]
+        request = ChatRequest(
+            messages=messages,  # type: ignore[arg-type]
+            sampling=sampling,
+            prefix=prefix,
+            sample_after_prefix=body.sample_after_prefix,
+        )
+        result = await batcher.submit(request)
         if isinstance(result, ModelError):
             return _error(500, f"generation failed: {result}", "server_error")
-        choices = [
-            {
+        choices = []
+        for i, c in enumerate(result):
+            choice: dict[str, Any] = {
                 "index": i,
                 "message": {"role": "assistant", "content": c.text},
                 "finish_reason": c.finish_reason,
                 "logprobs": None,
+                "forced_tokens": c.forced_tokens,
             }
-            for i, c in enumerate(result)
-        ]
+            if body.logprobs:
+                choice["logprobs"] = _logprobs(c, tokenizer, bool(body.return_tokens_as_token_ids))
+            if body.return_token_ids:
+                choice["token_ids"] = c.completion_ids
+            choices.append(choice)
         prompt_tokens = result[0].prompt_tokens if result else 0
         completion_tokens = sum(c.completion_tokens for c in result)
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": served_name,
-                "choices": choices,
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
-        )
+        response: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": served_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        if body.return_token_ids:
+            response["prompt_token_ids"] = result[0].prompt_ids if result else None
+        return JSONResponse(response)
 
     return app

@@ -1,14 +1,77 @@
-"""Settings of the rollout engine: decoding, the branching schedule and the per-episode budget."""
+"""Settings of the rollout engine: decoding, the fork schedule, keep-one-of-N, and the per-episode budget.
+
+The fork schedule is data: a list of `ForkRule`s, the first rule matching a policy act (by role and by the
+number of policy acts already on its path) says how it forks. C-3PO's tree rollout (Table 7 of the paper) is
+
+    forks:
+      - {role: router, forced: [{text: "[No Retrieval]"}, {text: "[Retrieval]", sample: true},
+                                {text: "[Planning]"}]}
+      - {depth_from: 1, depth_to: 3, k: 2}     # K(t) = 2 for t <= 4 (t counts the router as 1)
+      - {k: 1}
+    max_depth: 13
+
+and `forks: [2, 1]` is shorthand for "k=2 at depth 0, then 1" (the last value repeats).
+"""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from ragteam.config import Config
 
 
+class Forced(Config):
+    """A forced start of the policy's reply: `text`, then (with `sample`) the policy's own continuation."""
+
+    text: str = Field(..., min_length=1, description="the forced assistant prefix, e.g. [Retrieval]")
+    sample: bool = Field(False, description="sample a continuation after the prefix (else the reply ends)")
+
+
+class ForkRule(Config):
+    """How a policy act forks: into `k` samples, or into one child per forced prefix."""
+
+    role: str | None = Field(None, description="the role this rule applies to (None: any role)")
+    depth_from: int = Field(0, ge=0, description="applies from this many policy acts on the path")
+    depth_to: int | None = Field(None, ge=0, description="up to this many (inclusive; None: no end)")
+    k: int = Field(1, ge=1, description="samples to draw, each continued as a child path")
+    forced: list[Forced] = Field(
+        default_factory=list, description="one child per forced prefix (overrides k)"
+    )
+
+    def matches(self, role: str, depth: int) -> bool:
+        if self.role is not None and self.role != role:
+            return False
+        return depth >= self.depth_from and (self.depth_to is None or depth <= self.depth_to)
+
+    @property
+    def width(self) -> int:
+        return len(self.forced) or self.k
+
+
+class BestOf(Config):
+    """Keep one of N: sample `n` candidates for an act, score them, continue only the best.
+
+    All `n` are recorded as sibling nodes with their `score`; the kept one has `chosen=True`.
+    """
+
+    n: int = Field(1, ge=1, description="candidates per act (1: off)")
+    roles: list[str] = Field(default_factory=list, description="roles it applies to (empty: every role)")
+    scorer: Literal["critic", "llm", "rollout"] = Field(
+        "critic",
+        description="critic: a trained critic model scores each candidate; llm: the LLM server ranks "
+        "them with a rubric; rollout: Monte Carlo rollouts from each candidate, mean reward",
+    )
+    rollouts: int = Field(2, ge=1, description="rollout scorer: rollouts per candidate")
+    metric: str = Field("f1", description="rollout scorer: the reward metric averaged over rollouts")
+
+    def applies(self, role: str) -> bool:
+        return self.n > 1 and (not self.roles or role in self.roles)
+
+
 class RolloutConfig(Config):
-    """How the engine samples, branches and bounds episodes. Picklable; holds no live objects."""
+    """How the engine samples, forks and bounds episodes. Picklable; holds no live objects."""
 
     temperature: float = Field(0.0, ge=0.0, le=5.0, description="policy sampling temperature (0 = greedy)")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="policy nucleus sampling mass")
@@ -21,26 +84,61 @@ class RolloutConfig(Config):
     llm_max_tokens: int = Field(
         128, ge=1, description="LLM-server tokens per call, unless the call sets its own"
     )
-    branching: list[int] = Field(
-        default_factory=lambda: [1],
-        description="samples per policy act by policy depth (0, 1, ...); the last value repeats",
+    forks: list[ForkRule] = Field(
+        default_factory=list,
+        description="fork schedule: the first rule matching an act's role and depth says how it forks "
+        "(none: one sample); a list of numbers is shorthand for k by depth, the last repeating; "
+        "`c3po` is C-3PO's tree (router's three strategies, then 2-way forks to depth 4)",
     )
+    best_of: BestOf = Field(default_factory=BestOf, description="keep one of N candidates per act")
     max_depth: int = Field(16, ge=1, description="policy acts on one root-to-leaf path")
-    max_nodes: int = Field(512, ge=1, description="nodes per episode tree; once reached, no more branching")
+    max_nodes: int = Field(512, ge=1, description="nodes per episode tree; once reached, no more forking")
     max_tokens_per_episode: int = Field(
         16384, ge=1, description="generated tokens (policy and LLM) on one root-to-leaf path"
     )
     max_concurrent: int = Field(32, ge=1, description="episodes in flight at once")
 
-    @field_validator("branching")
+    @field_validator("forks", mode="before")
     @classmethod
-    def _check_branching(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("branching needs at least one value (e.g. [1])")
-        if any(k < 1 for k in value):
-            raise ValueError(f"branching factors must be >= 1, got {value}")
+    def _shorthand(cls, value: Any) -> Any:
+        """`[2, 1]` -> k=2 at depth 0, k=1 from depth 1 on; `c3po` -> C-3PO's tree schedule."""
+        if value == "c3po" or value == ["c3po"]:
+            return C3PO_TREE["forks"]
+        if isinstance(value, list) and value and all(isinstance(v, str) and v.isdigit() for v in value):
+            value = [int(v) for v in value]  # from the command line
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            if any(v < 1 for v in value):
+                raise ValueError(f"fork widths must be >= 1, got {value}")
+            last = len(value) - 1
+            return [
+                {"depth_from": d, "depth_to": None if d == last else d, "k": v} for d, v in enumerate(value)
+            ]
         return value
 
-    def branches_at(self, depth: int) -> int:
-        """Samples to draw at a policy act whose path already holds `depth` policy acts."""
-        return self.branching[min(depth, len(self.branching) - 1)]
+    @model_validator(mode="after")
+    def _check(self) -> RolloutConfig:
+        if self.best_of.n > 1 and self.best_of.scorer == "rollout" and self.temperature == 0:
+            raise ValueError("best_of.scorer=rollout needs temperature > 0 (greedy rollouts are all alike)")
+        return self
+
+    def fork_at(self, role: str, depth: int) -> ForkRule | None:
+        """The rule for an act of `role` on a path that already holds `depth` policy acts (None: no fork)."""
+        return next((rule for rule in self.forks if rule.matches(role, depth)), None)
+
+
+C3PO_TREE: dict[str, Any] = {
+    "forks": [
+        {
+            "role": "router",
+            "forced": [
+                {"text": "[No Retrieval]"},
+                {"text": "[Retrieval]", "sample": True},
+                {"text": "[Planning]"},
+            ],
+        },
+        {"depth_from": 1, "depth_to": 3, "k": 2},
+        {"k": 1},
+    ],
+    "max_depth": 13,
+}
+"""C-3PO's tree-structured rollout (paper, Table 7): the router's three strategies, then K(t)=2 for t<=4."""

@@ -1,57 +1,53 @@
-"""The rollout engine: runs many episodes at once, batches their requests, branches, and records trees.
+"""The rollout engine: runs many episodes at once, batches their requests, forks, keeps one of N, records trees.
 
-A workflow is a generator that yields requests (`Act`, `AskLLM`, `Retrieve`) and returns an `Answer`. The
-engine keeps up to `max_concurrent` episodes in flight. Each tick:
+A workflow is a generator that yields requests (`Act`, `AskLLM`, `Retrieve`, see `ragteam.protocol`) and
+returns an `Answer`. The engine keeps up to `max_concurrent` episodes in flight. Each tick:
 
-1. gather  - the pending request of every live path of every live episode;
-2. call    - all policy acts as ONE `policy.chat()` batch (a branched act asks for `n=k` samples), all LLM
-             calls as one `llm.chat()` batch, all retrievals as one `retriever.search()` over the concatenated
-             queries; the three kinds run in threads when more than one is pending;
-3. record  - one tree node per request (timing = seconds of its batch);
-4. resume  - each path with its result. A branched act splits its path into k children: the first keeps
-             the live generator, the others re-run the workflow and replay the recorded path (no call is
-             repeated, see `replay.py`);
+1. gather  - the pending request of every live path of every live episode, planned by one table of request
+             kinds (`_KINDS`): which backend serves it, how its batch is built, how its result is applied;
+             prompts too long for the model's context are cut by the stated policy (`fit.py`);
+2. call    - all policy acts as ONE `policy.chat()` batch, all LLM calls as one `llm.chat()` batch, all
+             retrievals as one `retriever.search()`; the kinds run in threads when more than one is pending;
+3. record  - one tree node per sample, with what the trainer needs (ids, log-probs, sampling settings);
+4. resume  - each path with its result. An act that forks (`RolloutConfig.forks`: k samples, or one child
+             per forced prefix) splits its path: the first child keeps the live generator, the others
+             re-run the workflow and replay the recorded path (no call is repeated, see `replay.py`). An
+             act under keep-one-of-N (`RolloutConfig.best_of`) records N scored siblings and continues the
+             best;
 5. finish  - a returned answer becomes an `answer` leaf (with `reward(question, answer)`); an episode with no
              live path left is done and its slot goes to the next question.
 
-Budgets (policy acts on a path, generated tokens of the policy and the LLM on a path) are enforced by
-throwing `BudgetExceeded` into the workflow before an over-budget act (an act's max_tokens is also capped to
-what the path has left); a workflow that does not catch it ends as a `truncated` leaf. Only acts are limited,
-so a workflow that catches it may still ask the LLM or the retriever to finish. A failed call (a `ModelError`
-after the backend's retries, or a retriever exception) or an exception in workflow code fails that episode
-only: a `failed` leaf records the error, its other paths are dropped, the other episodes go on.
+Budgets (policy acts on a path, generated tokens on a path) are enforced by throwing `BudgetExceeded` into
+the workflow before an over-budget act; a workflow that does not catch it ends as a `truncated` leaf.
+
+Failures are per path: a failed call, a replay mismatch or an exception in workflow code ends that path
+with a `failed` leaf; its siblings go on. An episode fails only when no path reached an answer (status
+`failed`); one that answered on some paths but not all is `partial`.
 """
 
 from __future__ import annotations
 
 import traceback
-import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from time import perf_counter
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
+from ragteam.llm.base import ChatModel, ChatRequest, Completion, ModelError, Sampling, TokenCounter
+from ragteam.protocol import Act, Acted, Answer, AskLLM, BudgetExceeded, Request, Retrieve, Workflow
 from ragteam.retrieval.base import Retriever
+from ragteam.rollout import calls
 from ragteam.rollout.config import RolloutConfig
-from ragteam.rollout.replay import ReplayMismatch, Step, Thrown, describe, replay, send
-from ragteam.rollout.requests import (
-    Act,
-    Acted,
-    Answer,
-    AskLLM,
-    BudgetExceeded,
-    Episodic,
-    Request,
-    Retrieve,
-    Workflow,
-)
+from ragteam.rollout.fit import fit_request
+from ragteam.rollout.replay import ReplayMismatch, Thrown, describe, replay, send
+from ragteam.rollout.select import Candidates, Scorer, argmax
+from ragteam.rollout.state import Path, Plan, Run, RunReport
 from ragteam.rollout.tree import Episode, Node
-from ragteam.types import Hit, Question
+from ragteam.types import Question
 
 __all__ = ["Engine", "RewardFn", "RolloutConfig", "RunReport"]
 
@@ -60,67 +56,13 @@ RewardFn = Callable[[Question, str], dict[str, float]]
 # How often a path may be thrown BudgetExceeded before it is cut (a workflow that catches it and keeps
 # asking for acts would otherwise loop forever).
 _MAX_THROWS = 3
-# Retriever errors that concern one request's input: isolated by re-asking each request alone. Any other
-# error (connection, timeout) fails every episode of the batch at once.
-_INPUT_ERRORS = (ValueError, TypeError, KeyError, IndexError)
-
-
-@dataclass
-class RunReport:
-    """What `Engine.run` returns: the episodes in question order, and how many failed and why."""
-
-    episodes: list[Episode]
-    failed: int = 0
-    failures: dict[str, int] = field(default_factory=dict)  # reason -> count
-    seconds: float = 0.0
-
-
-@dataclass(eq=False)
-class _Path:
-    """One live root-to-leaf path: its generator, where its next node hangs, and what it has used."""
-
-    gen: Episodic
-    parent: int | None = None
-    depth: int = 0  # policy acts so far
-    tokens: int = 0  # generated tokens so far (policy and LLM)
-    history: list[Step] = field(default_factory=list)  # requests and results, for replay into forks
-    pending: Request | None = None
-    throws: int = 0
-
-
-@dataclass(eq=False)
-class _Run:
-    """One episode in flight."""
-
-    index: int
-    question: Question
-    episode: Episode
-    started: float
-    paths: list[_Path] = field(default_factory=list)
-    reason: str | None = None  # failure reason, once failed
-
-    @property
-    def failed(self) -> bool:
-        return self.reason is not None
-
-
-def _tokens(c: Completion) -> int:
-    return c.completion_tokens or len(c.completion_ids or [])
-
-
-def _derive_seed(base: int | None, question_id: str, parent: int | None, kind: str) -> int | None:
-    """A request's seed from the run seed, its question and its place in the tree (not from the batch)."""
-    if base is None:
-        return None
-    return zlib.crc32(f"{base}|{question_id}|{parent}|{kind}".encode()) & 0x7FFFFFFF
-
-
-def _traceback_summary(e: BaseException, frames: int = 4) -> str:
-    return "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-frames)).rstrip()
 
 
 class Engine:
-    """Drives workflows over questions against a policy, an LLM server and a retriever (any may be None)."""
+    """Drives workflows over questions against a policy, an LLM server and a retriever (any may be None).
+
+    `scorer` ranks candidates when `config.best_of.n > 1` (see `ragteam.rollout.select`).
+    """
 
     def __init__(
         self,
@@ -128,11 +70,18 @@ class Engine:
         llm: ChatModel | None,
         retriever: Retriever | None,
         config: RolloutConfig | None = None,
+        scorer: Scorer | None = None,
     ) -> None:
         self.policy = policy
         self.llm = llm
         self.retriever = retriever
         self.config = config if config is not None else RolloutConfig()
+        self.scorer = scorer
+        if self.config.best_of.n > 1 and scorer is None:
+            raise ValueError(
+                f"best_of.n={self.config.best_of.n} needs a scorer ({self.config.best_of.scorer}); "
+                "build one with ragteam.rollout.build_scorer"
+            )
         self.calls: Counter = Counter()
 
     # ------------------------------------------------------------------ the loop
@@ -148,9 +97,10 @@ class Engine:
         """Run `workflow` on every question; return the episodes in question order with failure counts."""
         t0 = perf_counter()
         todo = deque(enumerate(questions))
-        live: list[_Run] = []
+        live: list[Run] = []
         done: dict[int, Episode] = {}
         failures: Counter = Counter()
+        failed_paths = 0
         bar = tqdm(total=len(questions), desc=getattr(workflow, "name", "rollout"), disable=not progress)
         pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="ragteam-rollout")
         try:
@@ -159,15 +109,17 @@ class Engine:
                     index, question = todo.popleft()
                     live.append(self._start(workflow, index, question, reward))
                 self._tick(workflow, live, reward, pool)
-                still: list[_Run] = []
+                still: list[Run] = []
                 for run in live:
                     if run.paths:
                         still.append(run)
                         continue
-                    run.episode.meta["seconds"] = round(perf_counter() - run.started, 6)
+                    reason = run.finish(perf_counter() - run.started)
+                    if reason is not None:
+                        failures[reason] += 1
+                    else:
+                        failed_paths += len(run.reasons)
                     done[run.index] = run.episode
-                    if run.failed:
-                        failures[run.reason] += 1
                     if on_episode is not None:
                         on_episode(run.episode)
                     bar.update(1)
@@ -177,19 +129,21 @@ class Engine:
         finally:
             pool.shutdown(wait=True)
             bar.close()
-        episodes = [done[i] for i in range(len(questions))]
         return RunReport(
-            episodes=episodes,
+            episodes=[done[i] for i in range(len(questions))],
             failed=sum(failures.values()),
             failures=dict(failures),
+            failed_paths=failed_paths,
             seconds=perf_counter() - t0,
         )
 
-    def _start(self, workflow: Workflow, index: int, question: Question, reward: RewardFn | None) -> _Run:
+    def _start(self, workflow: Workflow, index: int, question: Question, reward: RewardFn | None) -> Run:
         episode = Episode(
             id=question.id, workflow=getattr(workflow, "name", type(workflow).__name__), question=question
         )
-        run = _Run(index=index, question=question, episode=episode, started=perf_counter())
+        run = Run(index=index, question=question, episode=episode, started=perf_counter())
+        path = Path(gen=None)
+        run.paths.append(path)
         try:
             gen = workflow.run(question)
             if not isinstance(gen, Generator):
@@ -198,175 +152,200 @@ class Engine:
                     "a workflow's run() must `yield` its requests and `return` an Answer"
                 )
         except Exception as e:
-            self._fail_workflow(run, _Path(gen=None), e, workflow)  # type: ignore[arg-type]
+            self._fail_workflow(run, path, e, workflow)
             return run
-        path = _Path(gen=gen)
-        run.paths.append(path)
+        path.gen = gen
         self._advance(run, path, None, workflow, reward)
         return run
 
     def _tick(
-        self, workflow: Workflow, live: list[_Run], reward: RewardFn | None, pool: ThreadPoolExecutor
+        self, workflow: Workflow, live: list[Run], reward: RewardFn | None, pool: ThreadPoolExecutor
     ) -> None:
+        """Gather every pending request, call each backend once, then apply the results in gather order."""
         items = [(run, path) for run in live for path in run.paths]
-        acts: list[tuple[_Run, _Path, int]] = []
-        asks: list[tuple[_Run, _Path]] = []
-        searches: list[tuple[_Run, _Path]] = []
-        planned: Counter = Counter()  # nodes a run's branched acts will add this tick
+        batches: dict[str, list[Plan]] = {name: [] for name in _KINDS}
+        planned: Counter = Counter()  # nodes a run's forks will add this tick
         for run, path in items:
-            req = path.pending
-            if isinstance(req, Act):
-                if self.policy is None:
-                    self._fail(
-                        run,
-                        path,
-                        "no policy",
-                        f"the workflow asked the policy ({describe(req)}) but the engine has none",
-                    )
-                    continue
-                grown = len(run.episode.nodes) + planned[id(run)]
-                k = (
-                    1
-                    if not req.branch or grown >= self.config.max_nodes
-                    else self.config.branches_at(path.depth)
+            name = _kind_of(path.pending)
+            backend = getattr(self, name)
+            if backend is None:
+                what = {"policy": "the policy", "llm": "the LLM server", "retriever": "a retriever"}[name]
+                self._fail(
+                    run,
+                    path,
+                    f"no {name}",
+                    f"the workflow asked {what} ({describe(path.pending)}) but the engine has none",
                 )
-                planned[id(run)] += k
-                acts.append((run, path, k))
-            elif isinstance(req, AskLLM):
-                if self.llm is None:
-                    self._fail(
-                        run,
-                        path,
-                        "no llm",
-                        f"the workflow asked the LLM server ({describe(req)}) but the engine has none",
-                    )
-                    continue
-                asks.append((run, path))
-            elif isinstance(req, Retrieve):
-                if self.retriever is None:
-                    self._fail(
-                        run,
-                        path,
-                        "no retriever",
-                        f"the workflow asked to {describe(req)} but the engine has no retriever",
-                    )
-                    continue
-                searches.append((run, path))
+                continue
+            plan = _KINDS[name].plan(self, run, path, planned)
+            batches[name].append(plan)
 
-        jobs: dict[str, Callable[[], tuple[list[Any], float]]] = {}
-        if acts:
-            jobs["policy"] = self._policy_job(acts)
-        if asks:
-            jobs["llm"] = self._llm_job(asks)
-        if searches:
-            jobs["retrieve"] = self._retrieve_job(searches)
+        jobs = {name: self._job(name, plans) for name, plans in batches.items() if plans}
         if len(jobs) > 1:
             futures = {name: pool.submit(job) for name, job in jobs.items()}
             outputs = {name: f.result() for name, f in futures.items()}
         else:
             outputs = {name: job() for name, job in jobs.items()}
 
-        results: dict[int, tuple[Any, float, int]] = {}  # id(path) -> (result, seconds, k)
-        for name, batch in (("policy", acts), ("llm", asks), ("retrieve", searches)):
-            if name in outputs:
-                out, seconds = outputs[name]
-                for item, result in zip(batch, out, strict=True):
-                    results[id(item[1])] = (result, seconds, item[2] if name == "policy" else 1)
-
+        results: dict[int, tuple[Plan, Any, float]] = {}  # id(path) -> (plan, result, seconds)
+        for name, (per_plan, seconds) in outputs.items():
+            for plan, result in zip(batches[name], per_plan, strict=True):
+                results[id(plan.path)] = (plan, result, seconds)
+        selected = self._select(
+            workflow, [(p, r) for p, r, _ in results.values() if p.mode == "select"], reward
+        )
         for run, path in items:  # resume in gather order, so node ids do not depend on thread timing
-            if run.failed or id(path) not in results:
+            if id(path) not in results or path not in run.paths:
                 continue
-            result, seconds, _ = results[id(path)]
-            req = path.pending
-            if isinstance(req, Act):
-                self._apply_act(run, path, req, result, seconds, workflow, reward)
-            elif isinstance(req, AskLLM):
-                self._apply_llm(run, path, req, result, seconds, workflow, reward)
-            else:
-                self._apply_retrieve(run, path, req, result, seconds, workflow, reward)
+            plan, result, seconds = results[id(path)]
+            _KINDS[_kind_of(path.pending)].apply(self, plan, result, seconds, workflow, reward, selected)
 
     # ------------------------------------------------------------------ batched calls
 
-    def _policy_job(
-        self, acts: list[tuple[_Run, _Path, int]]
-    ) -> Callable[[], tuple[list[ChatResult], float]]:
-        cfg = self.config
-        requests = []
-        for run, path, k in acts:
-            act = path.pending
-            assert isinstance(act, Act)
-            max_tokens = min(act.max_tokens or cfg.max_tokens, cfg.max_tokens_per_episode - path.tokens)
-            sampling = Sampling(
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                max_tokens=max(1, max_tokens),
-                stop=tuple(act.stop),
-                n=k,
-                seed=_derive_seed(cfg.seed, run.question.id, path.parent, "policy"),
-            )
-            requests.append(ChatRequest(messages=act.messages, sampling=sampling))
-        self.calls["policy_batches"] += 1
-        self.calls["policy_requests"] += len(requests)
-        self.calls["policy_samples"] += sum(k for _, _, k in acts)
-        model = self.policy
+    def _job(self, name: str, plans: list[Plan]) -> Callable[[], tuple[list[Any], float]]:
+        """A no-argument call serving every plan of one kind; returns (one result per plan, seconds)."""
+        if name == "retriever":
+            reqs = [p.request for p in plans]
+            n_queries = sum(len(r.queries) for r in reqs)
+            if n_queries:
+                self.calls["retrieve_batches"] += 1
+                self.calls["retrieve_queries"] += n_queries
+            retriever = self.retriever
+            assert retriever is not None
+            return lambda: calls.search(retriever, reqs)
+        model = self.policy if name == "policy" else self.llm
         assert model is not None
-        return lambda: _chat(model, requests)
+        flat = [req for p in plans for req in p.chat]
+        self.calls[f"{name}_batches"] += 1
+        self.calls[f"{name}_requests"] += len(flat)
+        if name == "policy":
+            self.calls["policy_samples"] += sum(req.sampling.n for req in flat)
 
-    def _llm_job(self, asks: list[tuple[_Run, _Path]]) -> Callable[[], tuple[list[ChatResult], float]]:
+        def job() -> tuple[list[Any], float]:
+            out, seconds = calls.chat(model, flat)
+            per_plan, start = [], 0
+            for p in plans:  # regroup: a plan's completions in order, or its first error
+                mine = out[start : start + len(p.chat)]
+                start += len(p.chat)
+                error = next((r for r in mine if isinstance(r, ModelError)), None)
+                per_plan.append(error if error is not None else [c for r in mine for c in r])
+            return per_plan, seconds
+
+        return job
+
+    def _fit(self, model: ChatModel | None, request: Act | AskLLM, max_tokens: int) -> tuple[Any, int, Any]:
+        """The request cut to the model's context when the model can count tokens (else as it is)."""
+        if not isinstance(model, TokenCounter):
+            return request, max_tokens, None
+        try:
+            return fit_request(request, max_tokens, int(model.context_length), model.count_tokens)
+        except Exception as e:  # counting failed: send it as it is; the backend answers with an error value
+            return request, max_tokens, {"error": f"{type(e).__name__}: {e}"}
+
+    def _plan_act(self, run: Run, path: Path, planned: Counter) -> Plan:
         cfg = self.config
-        requests = []
-        for run, path in asks:
-            ask = path.pending
-            assert isinstance(ask, AskLLM)
-            sampling = Sampling(
-                temperature=cfg.llm_temperature,
-                max_tokens=ask.max_tokens or cfg.llm_max_tokens,
-                stop=tuple(ask.stop),
-                n=1,
-                seed=_derive_seed(cfg.seed, run.question.id, path.parent, "llm"),
+        act = path.pending
+        assert isinstance(act, Act)
+        max_tokens = max(1, min(act.max_tokens or cfg.max_tokens, cfg.max_tokens_per_episode - path.tokens))
+        act, max_tokens, fit = self._fit(self.policy, act, max_tokens)
+        seed = calls.derive_seed(cfg.seed, run.question.id, path.parent, "policy")
+        base = Sampling(cfg.temperature, cfg.top_p, max_tokens, tuple(act.stop), 1, seed)
+        room = len(run.episode.nodes) + planned[id(run)] < cfg.max_nodes
+        rule = cfg.fork_at(act.role, path.depth) if act.branch and room else None
+        if act.branch and cfg.best_of.applies(act.role):
+            plan = Plan(
+                run, path, act, [ChatRequest(act.messages, base.with_(n=cfg.best_of.n))], "select", fit
             )
-            requests.append(ChatRequest(messages=ask.messages, sampling=sampling))
-        self.calls["llm_batches"] += 1
-        self.calls["llm_requests"] += len(requests)
-        model = self.llm
-        assert model is not None
-        return lambda: _chat(model, requests)
+        elif rule is not None and rule.forced:
+            chat = [
+                ChatRequest(
+                    act.messages,
+                    base.with_(seed=None if seed is None else seed + i),
+                    prefix=f.text,
+                    sample_after_prefix=f.sample,
+                )
+                for i, f in enumerate(rule.forced)
+            ]
+            plan = Plan(run, path, act, chat, "fork", fit)
+        else:
+            plan = Plan(
+                run, path, act, [ChatRequest(act.messages, base.with_(n=rule.k if rule else 1))], "fork", fit
+            )
+        planned[id(run)] += sum(r.sampling.n for r in plan.chat)
+        return plan
 
-    def _retrieve_job(self, searches: list[tuple[_Run, _Path]]) -> Callable[[], tuple[list[Any], float]]:
-        reqs = [path.pending for _, path in searches]
-        n_queries = sum(len(r.queries) for r in reqs)  # type: ignore[union-attr]
-        if n_queries:
-            self.calls["retrieve_batches"] += 1
-            self.calls["retrieve_queries"] += n_queries
-        retriever = self.retriever
-        assert retriever is not None
-        return lambda: _search(retriever, reqs)  # type: ignore[arg-type]
+    def _plan_llm(self, run: Run, path: Path, planned: Counter) -> Plan:
+        cfg = self.config
+        ask = path.pending
+        assert isinstance(ask, AskLLM)
+        ask, max_tokens, fit = self._fit(self.llm, ask, ask.max_tokens or cfg.llm_max_tokens)
+        seed = calls.derive_seed(cfg.seed, run.question.id, path.parent, "llm")
+        sampling = Sampling(cfg.llm_temperature, 1.0, max_tokens, tuple(ask.stop), 1, seed)
+        return Plan(run, path, ask, [ChatRequest(ask.messages, sampling)], "call", fit)
+
+    def _plan_retrieve(self, run: Run, path: Path, planned: Counter) -> Plan:
+        return Plan(run, path, path.pending, [], "call")
+
+    # ------------------------------------------------------------------ keep one of N
+
+    def _select(
+        self, workflow: Workflow, pairs: list[tuple[Plan, Any]], reward: RewardFn | None
+    ) -> dict[int, list[float]]:
+        """Scores of every keep-one-of-N act's candidates this tick, by id(path) (one scorer call)."""
+        ok = [(p, r) for p, r in pairs if isinstance(r, list) and r]
+        if not ok:
+            return {}
+        batch = [
+            Candidates(
+                question=p.run.question,
+                act=p.request,
+                texts=[c.text for c in r],
+                acted=[Acted(c.text, p.request.parse(c.text), -1, p.request) for c in r],
+                history=list(p.path.history),
+                workflow=workflow,
+                reward=reward,
+            )
+            for p, r in ok
+        ]
+        assert self.scorer is not None
+        self.calls["select_sets"] += len(batch)
+        try:
+            scores = self.scorer.scores(batch)
+        except Exception as e:  # a failed scorer keeps the first candidate of each set, and says so
+            self.calls["select_errors"] += 1
+            scores = [[0.0] * len(c.texts) for c in batch]
+            for p, _ in ok:
+                p.run.episode.meta.setdefault("scorer_errors", []).append(f"{type(e).__name__}: {e}")
+        return {id(p.path): s for (p, _), s in zip(ok, scores)}
 
     # ------------------------------------------------------------------ applying results
 
     def _apply_act(
         self,
-        run: _Run,
-        path: _Path,
-        act: Act,
+        plan: Plan,
         result: Any,
         seconds: float,
         workflow: Workflow,
         reward: RewardFn | None,
+        selected: dict[int, list[float]],
     ) -> None:
+        run, path, act = plan.run, plan.path, plan.request
         if isinstance(result, ModelError):
             self._fail(run, path, _model_reason("policy", result), f"policy call failed: {result}")
             return
         if not result:
             self._fail(run, path, "policy error", f"policy {_name(self.policy)} returned no completion")
             return
+        scores = selected.get(id(path)) if plan.mode == "select" else None
+        best = argmax(scores) if scores is not None else None
         nodes: list[Node] = []
-        for completion in result:
+        for i, completion in enumerate(result):
             try:
                 action = act.parse(completion.text)
             except Exception as e:  # parsers should never raise; this one did
                 self._fail_workflow(run, path, e, workflow, f"the parser of role {act.role!r} raised")
                 return
+            request = plan.chat[min(i, len(plan.chat) - 1)]
             nodes.append(
                 run.episode.add(
                     Node(
@@ -378,51 +357,55 @@ class Engine:
                         messages=act.messages,
                         completion=completion,
                         action=action,
+                        sampling=_sampling_record(request),
+                        fit=plan.fit,
+                        score=scores[i] if scores is not None else None,
+                        chosen=(i == best) if best is not None else None,
                         seconds=seconds,
                     )
                 )
             )
-        children: list[tuple[_Path, Acted]] = []
+        if best is not None:
+            nodes = [nodes[best]]
+        children: list[tuple[Path, Acted]] = []
         for i, node in enumerate(nodes):
             assert node.completion is not None and node.action is not None
-            acted = Acted(text=node.completion.text, action=node.action, node_id=node.id)
-            if i == 0:
-                gen = path.gen
-            else:
-                try:
-                    gen = replay(workflow, run.question, path.history, act)
-                except ReplayMismatch as e:
-                    self._fail(run, path, "workflow not deterministic", str(e))
-                    return
-                except Exception as e:
-                    self._fail_workflow(run, path, e, workflow, "on replay into a fork")
-                    return
-            child = _Path(
-                gen=gen,
+            acted = Acted(text=node.completion.text, action=node.action, node_id=node.id, act=act)
+            child = Path(
+                gen=None,
                 parent=node.id,
                 depth=path.depth + 1,
                 tokens=path.tokens + _tokens(node.completion),
-                history=[*path.history, (act, acted)],
+                history=[*path.history, (path.pending, acted)],
                 throws=path.throws,
             )
+            if i == 0:
+                child.gen = path.gen
+            else:
+                try:
+                    child.gen = replay(workflow, run.question, path.history, path.pending)
+                except ReplayMismatch as e:
+                    self._fail(run, child, "workflow not deterministic", str(e), attach=False)
+                    continue
+                except Exception as e:
+                    self._fail_workflow(run, child, e, workflow, "on replay into a fork", attach=False)
+                    continue
             children.append((child, acted))
         at = run.paths.index(path)
         run.paths[at : at + 1] = [child for child, _ in children]
         for child, acted in children:
-            if run.failed:
-                return
             self._advance(run, child, acted, workflow, reward)
 
     def _apply_llm(
         self,
-        run: _Run,
-        path: _Path,
-        ask: AskLLM,
+        plan: Plan,
         result: Any,
         seconds: float,
         workflow: Workflow,
         reward: RewardFn | None,
+        selected: dict[int, list[float]],
     ) -> None:
+        run, path, ask = plan.run, plan.path, plan.request
         if isinstance(result, ModelError):
             self._fail(run, path, _model_reason("llm", result), f"LLM call ({ask.purpose}) failed: {result}")
             return
@@ -439,24 +422,26 @@ class Engine:
                 depth=path.depth,
                 messages=ask.messages,
                 completion=completion,
+                sampling=_sampling_record(plan.chat[0]),
+                fit=plan.fit,
                 seconds=seconds,
             )
         )
+        path.history.append((path.pending, completion.text))
         path.parent = node.id
         path.tokens += _tokens(completion)
-        path.history.append((ask, completion.text))
         self._advance(run, path, completion.text, workflow, reward)
 
     def _apply_retrieve(
         self,
-        run: _Run,
-        path: _Path,
-        req: Retrieve,
+        plan: Plan,
         result: Any,
         seconds: float,
         workflow: Workflow,
         reward: RewardFn | None,
+        selected: dict[int, list[float]],
     ) -> None:
+        run, path, req = plan.run, plan.path, plan.request
         if isinstance(result, BaseException):
             self._fail(
                 run,
@@ -483,10 +468,9 @@ class Engine:
 
     # ------------------------------------------------------------------ driving one path
 
-    def _advance(
-        self, run: _Run, path: _Path, value: Any, workflow: Workflow, reward: RewardFn | None
-    ) -> None:
+    def _advance(self, run: Run, path: Path, value: Any, workflow: Workflow, reward: RewardFn | None) -> None:
         """Send `value` into the path's workflow and leave it pending on its next request, or finish it."""
+        assert path.gen is not None
         try:
             request = send(path.gen, value)
             while True:
@@ -500,7 +484,7 @@ class Engine:
                     break
                 path.throws += 1
                 if path.throws > _MAX_THROWS:
-                    path.gen.close()
+                    path.close()
                     self._leaf(
                         run,
                         path,
@@ -523,7 +507,7 @@ class Engine:
             return
         path.pending = request
 
-    def _over_budget(self, path: _Path, request: Request) -> str | None:
+    def _over_budget(self, path: Path, request: Request) -> str | None:
         """Why an act may not run on this path, or None. Only policy acts are limited."""
         if not isinstance(request, Act):
             return None
@@ -536,8 +520,8 @@ class Engine:
 
     def _leaf(
         self,
-        run: _Run,
-        path: _Path,
+        run: Run,
+        path: Path,
         answer: Any,
         status: str,
         reward: RewardFn | None,
@@ -555,10 +539,7 @@ class Engine:
                 rewards = {k: float(v) for k, v in reward(run.question, answer.text).items()}
             except Exception as e:
                 self._fail(
-                    run,
-                    path,
-                    f"reward {type(e).__name__}",
-                    f"reward function raised:\n{_traceback_summary(e)}",
+                    run, path, f"reward {type(e).__name__}", f"reward function raised:\n{_traceback(e)}"
                 )
                 return
         run.episode.add(
@@ -577,20 +558,25 @@ class Engine:
         run.paths.remove(path)
 
     def _fail_workflow(
-        self, run: _Run, path: _Path, e: BaseException, workflow: Workflow, context: str = ""
+        self,
+        run: Run,
+        path: Path,
+        e: BaseException,
+        workflow: Workflow,
+        context: str = "",
+        attach: bool = True,
     ) -> None:
         name = getattr(workflow, "name", type(workflow).__name__)
         where = f" ({context})" if context else ""
-        message = f"workflow {name!r} raised {type(e).__name__}{where}: {e}\n{_traceback_summary(e)}"
-        self._fail(run, path, f"workflow {type(e).__name__}", message)
+        message = f"workflow {name!r} raised {type(e).__name__}{where}: {e}\n{_traceback(e)}"
+        self._fail(run, path, f"workflow {type(e).__name__}", message, attach)
 
-    def _fail(self, run: _Run, path: _Path, reason: str, message: str) -> None:
-        """Fail the episode: a failed leaf under `path` records the error; its other paths are dropped."""
-        if run.failed:
-            return
-        run.reason = reason
-        run.episode.status = "failed"
-        run.episode.error = message
+    def _fail(self, run: Run, path: Path, reason: str, message: str, attach: bool = True) -> None:
+        """Fail one path: a `failed` leaf under it records the error; the episode's other paths go on.
+
+        `attach=False` is for a path that is not (yet) among the run's live paths (a fork that could not
+        be replayed)."""
+        run.reasons.append(reason)
         run.episode.add(
             Node(
                 id=-1,
@@ -602,20 +588,45 @@ class Engine:
                 error=message,
             )
         )
-        for other in run.paths:
-            try:
-                other.gen.close()
-            except Exception:  # a workflow misbehaving on close changes nothing: the episode has failed
-                pass
-        run.paths.clear()
+        path.close()
+        if attach and path in run.paths:
+            run.paths.remove(path)
 
 
-# ---------------------------------------------------------------------- calls (run in worker threads)
+class _Kind:
+    """How one kind of request is served: its backend's attribute, its planner and its applier."""
+
+    def __init__(self, plan: Callable[..., Plan], apply: Callable[..., None]) -> None:
+        self.plan = plan
+        self.apply = apply
 
 
-def _elapsed(t0: float) -> float:
-    """Seconds since `t0`, rounded as traces store them (so a tree loads back equal)."""
-    return round(perf_counter() - t0, 6)
+_KINDS: dict[str, _Kind] = {
+    "policy": _Kind(Engine._plan_act, Engine._apply_act),
+    "llm": _Kind(Engine._plan_llm, Engine._apply_llm),
+    "retriever": _Kind(Engine._plan_retrieve, Engine._apply_retrieve),
+}
+"""The one table of request kinds, keyed by the engine attribute that serves them."""
+
+_BACKEND_OF = {Act: "policy", AskLLM: "llm", Retrieve: "retriever"}
+
+
+def _kind_of(request: Request | None) -> str:
+    return _BACKEND_OF[type(request)]
+
+
+def _sampling_record(request: ChatRequest) -> dict[str, Any]:
+    """The sampling settings of a node's call, as traces store them."""
+    d = asdict(request.sampling)
+    d["stop"] = list(d["stop"])
+    if request.prefix:
+        d["prefix"] = request.prefix
+        d["sample_after_prefix"] = request.sample_after_prefix
+    return d
+
+
+def _tokens(c: Completion) -> int:
+    return c.completion_tokens or len(c.completion_ids or [])
 
 
 def _name(obj: Any) -> str:
@@ -626,53 +637,5 @@ def _model_reason(kind: str, err: ModelError) -> str:
     return f"{kind} error ({err.where})" if err.where else f"{kind} error"
 
 
-def _chat(model: ChatModel, requests: list[ChatRequest]) -> tuple[list[ChatResult], float]:
-    """One batched chat call; a raising backend or a wrong-length answer becomes a ModelError per request."""
-    t0 = perf_counter()
-    where = getattr(model, "name", type(model).__name__)
-    try:
-        out = list(model.chat(requests))
-        if len(out) != len(requests):
-            out = [ModelError(f"returned {len(out)} results for {len(requests)} requests", where)] * len(
-                requests
-            )
-    except Exception as e:
-        out = [ModelError(f"{type(e).__name__}: {e}", where)] * len(requests)
-    return out, _elapsed(t0)
-
-
-def _search(
-    retriever: Retriever, reqs: list[Retrieve]
-) -> tuple[list[list[list[Hit]] | BaseException], float]:
-    """One search over all requests' queries at the largest k, each cut to its own k; results per request."""
-    t0 = perf_counter()
-    queries = [q for r in reqs for q in r.queries]
-    if not queries:
-        return [[] for _ in reqs], _elapsed(t0)
-    try:
-        hits = _search_checked(retriever, queries, max(r.k for r in reqs))
-    except _INPUT_ERRORS as e:
-        if len(reqs) == 1:
-            return [e], _elapsed(t0)
-        out: list[Any] = []
-        for r in reqs:  # isolate the request(s) whose input the retriever rejects
-            try:
-                out.append(_search_checked(retriever, list(r.queries), r.k) if r.queries else [])
-            except Exception as e_one:
-                out.append(e_one)
-        return out, _elapsed(t0)
-    except Exception as e:
-        return [e] * len(reqs), _elapsed(t0)
-    out = []
-    start = 0
-    for r in reqs:
-        out.append([ranked[: r.k] for ranked in hits[start : start + len(r.queries)]])
-        start += len(r.queries)
-    return out, _elapsed(t0)
-
-
-def _search_checked(retriever: Retriever, queries: list[str], k: int) -> list[list[Hit]]:
-    hits = retriever.search(queries, k)
-    if len(hits) != len(queries):
-        raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
-    return [list(ranked) for ranked in hits]
+def _traceback(e: BaseException, frames: int = 4) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-frames)).rstrip()

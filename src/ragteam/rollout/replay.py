@@ -9,10 +9,9 @@ which branching cannot support: that is an error, not a silent divergence.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from ragteam.rollout.requests import Act, AskLLM, BudgetExceeded, Episodic, Request, Retrieve, Workflow
+from ragteam.protocol import Act, AskLLM, BudgetExceeded, Episodic, Request, Retrieve, Workflow
 from ragteam.types import Question
 
 
@@ -35,14 +34,8 @@ class ReplayMismatch(RuntimeError):
 
 
 def same_request(a: Request, b: Request) -> bool:
-    """Whether two requests ask for the same thing; an Act's `parse` callable is not compared."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, Act):
-        return all(
-            getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(Act) if f.name != "parse"
-        )
-    return a == b
+    """Whether two requests ask for the same thing (callables and role specs are not compared)."""
+    return type(a) is type(b) and a == b
 
 
 def describe(request: Request | None) -> str:

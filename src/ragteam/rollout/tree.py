@@ -9,9 +9,7 @@ its rewards). Episodes serialize to one JSON line each and load back equal.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from ragteam.llm.base import Completion
@@ -22,23 +20,42 @@ NodeKind = Literal["policy", "llm", "retrieve", "answer"]
 
 @dataclass
 class Node:
+    """One step of an episode. Which fields are set depends on `kind`:
+
+    - every node: `id` (its index in `Episode.nodes`), `parent` (None at the root), `kind`, `depth`, `seconds`.
+    - `policy`: `role`, `messages` (the prompt as sent, after any fitting), `completion` (text, prompt and
+      completion ids, per-token log-probs, `forced_tokens`, `finish_reason`; see `Completion`), `action` (the
+      parse), `sampling` (temperature, top_p, max_tokens, stop, seed, n of the call that produced it),
+      `fit` (set when the prompt was cut to the context: what was dropped or shortened), and for a
+      keep-one-of-N act `score` (the selector's score) and `chosen` (True on the candidate that was
+      continued, False on its siblings, which stay childless). `rewards` holds credit once assigned.
+    - `llm`: `role` (the call's purpose), `messages`, `completion`, `sampling`, `fit`.
+    - `retrieve`: `queries`, `k`, `hits` (one ranked list per query).
+    - `answer` (a leaf): `answer`, `info` (workflow facts, e.g. C-3PO's strategy), `status` (`ok`,
+      `truncated` by a budget, or `failed` with `error`), `rewards` (metric name -> value).
+    """
+
     id: int
     parent: int | None
     kind: NodeKind
-    role: str = ""  # policy: the role played; llm: the call's purpose
+    role: str = ""
     depth: int = 0  # number of policy nodes on the path from the root up to and including this one
-    messages: list[Message] | None = None  # policy and llm: the prompt
-    completion: Completion | None = None  # policy and llm: text, token ids, log-probs, counts
-    action: Action | None = None  # policy: the parsed action
-    queries: list[str] | None = None  # retrieve
-    k: int | None = None  # retrieve
-    hits: list[list[Hit]] | None = None  # retrieve: one ranked list per query
-    answer: str | None = None  # answer leaf
-    info: dict[str, Any] = field(default_factory=dict)  # answer leaf: workflow facts (strategy, ...)
-    status: str = "ok"  # answer leaf: ok | truncated | failed
-    rewards: dict[str, float] = field(default_factory=dict)  # answer leaf: metrics; policy: credit
+    messages: list[Message] | None = None
+    completion: Completion | None = None
+    action: Action | None = None
+    sampling: dict[str, Any] | None = None
+    fit: dict[str, Any] | None = None
+    score: float | None = None
+    chosen: bool | None = None
+    queries: list[str] | None = None
+    k: int | None = None
+    hits: list[list[Hit]] | None = None
+    answer: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"
+    rewards: dict[str, float] = field(default_factory=dict)
     error: str | None = None
-    seconds: float = 0.0  # wall time of the call that produced this node (shared by a batch)
+    seconds: float = 0.0
 
     @property
     def text(self) -> str | None:
@@ -46,12 +63,16 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "parent": self.parent, "kind": self.kind}
-        for name in ("role", "depth", "messages", "queries", "k", "answer", "error"):
+        for name in ("role", "depth", "messages", "sampling", "fit", "queries", "k", "answer", "error"):
             value = getattr(self, name)
             if value not in (None, "", 0) or (name == "depth" and self.kind == "policy"):
                 d[name] = value
             elif name == "answer" and self.kind == "answer" and value is not None:
                 d[name] = value  # an empty answer ("") must load back as "", not None
+        if self.score is not None:
+            d["score"] = self.score
+        if self.chosen is not None:
+            d["chosen"] = self.chosen
         if self.completion is not None:
             d["completion"] = self.completion.to_dict()
         if self.action is not None:
@@ -78,6 +99,10 @@ class Node:
             messages=d.get("messages"),
             completion=Completion.from_dict(d["completion"]) if "completion" in d else None,
             action=Action.from_dict(d["action"]) if "action" in d else None,
+            sampling=d.get("sampling"),
+            fit=d.get("fit"),
+            score=d.get("score"),
+            chosen=d.get("chosen"),
             queries=d.get("queries"),
             k=d.get("k"),
             hits=[[Hit.from_dict(h) for h in ranked] for ranked in d["hits"]] if "hits" in d else None,
@@ -161,19 +186,3 @@ class Episode:
     @classmethod
     def from_json(cls, line: str) -> Episode:
         return cls.from_dict(json.loads(line))
-
-
-def write_episodes(path: str | Path, episodes: Iterable[Episode], append: bool = False) -> None:
-    with open(path, "a" if append else "w", encoding="utf-8") as f:
-        for ep in episodes:
-            f.write(ep.to_json() + "\n")
-
-
-def read_episodes(path: str | Path) -> Iterator[Episode]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield Episode.from_json(line)
-                except (KeyError, ValueError, TypeError) as e:
-                    raise ValueError(f"{path}:{lineno}: not an episode record ({e!r})") from e

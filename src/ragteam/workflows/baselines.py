@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ragteam.rollout.requests import Answer, AskLLM, Episodic, Retrieve, Workflow
+from ragteam.protocol import Answer, AskLLM, Episodic, Retrieve, Workflow
 from ragteam.types import Hit, Message, Question
 from ragteam.workflows.config import WorkflowConfig
 
@@ -85,6 +85,7 @@ class Direct(Workflow):
     """The LLM server answers the question alone (no retrieval, no policy)."""
 
     name = "direct"
+    needs = frozenset({"llm"})
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()

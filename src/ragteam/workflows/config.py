@@ -24,7 +24,9 @@ class WorkflowConfig(Config):
         "auto",
         description="C-3PO: force one strategy for every question (fixed-strategy ablation); auto = router",
     )
-    max_depth: int = Field(5, ge=1, le=20, description="C-3PO: retrieval-filter rounds in planning mode")
+    max_rounds: int = Field(
+        5, ge=1, le=20, description="C-3PO: retrieval-filter rounds in planning mode (not the rollout depth)"
+    )
     max_steps: int = Field(
         10, ge=1, le=30, description="RAG-Gym: search-or-answer steps before forcing an answer"
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragteam.rollout.requests import Workflow
+from ragteam.protocol import Workflow
 from ragteam.workflows.baselines import Direct, StandardRAG
 from ragteam.workflows.c3po import C3PO
 from ragteam.workflows.config import WorkflowConfig

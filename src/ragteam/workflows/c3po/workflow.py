@@ -3,7 +3,7 @@
     router  -> [No Retrieval]        : the LLM answers the question alone                (direct answering)
             -> [Retrieval]<query>    : retrieve(query) -> filter -> LLM answers with the kept documents
                                                                                           (single pass)
-            -> [Planning]            : LLM writes a roadmap; then, at most `max_depth` rounds of
+            -> [Planning]            : LLM writes a roadmap; then, at most `max_rounds` rounds of
                                        decider -> [Retrieval]<subquery> -> retrieve -> filter -> accumulate,
                                        until the decider says [LLM]; the LLM answers with everything kept
                                                                                           (multi-step)
@@ -18,18 +18,17 @@ If the engine's budget stops a policy act (`BudgetExceeded`), the episode does n
 every document, a stopped decider ends the loop, and the LLM answers with what was gathered.
 
 `Answer.info`: strategy (no_retrieval | retrieval | planning), forced (bool), depth (policy acts on the path),
-rounds (retrieval-filter rounds), invalid (invalid actions, fallbacks taken), stop (planning: llm | max_depth
+rounds (retrieval-filter rounds), invalid (invalid actions, fallbacks taken), stop (planning: llm | max_rounds
 | budget), doc_ids (the documents the LLM answered with).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from functools import partial
 from typing import Any
 
-from ragteam.rollout.requests import Act, Acted, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
-from ragteam.types import Doc, Hit, Question
+from ragteam.protocol import Acted, Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.baselines import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
 from ragteam.workflows.c3po.parsers import extract_thought, parse_decider, parse_filter, parse_router
@@ -46,6 +45,48 @@ MAX_OBJECTIVE_CHARS = 600
 """The decider's thought, passed to the filter as the step's objective, is cut to this length."""
 
 _Sub = Generator[Any, Any, list[Doc]]
+
+
+# ---- the roles: the proxy's three (policy) and the LLM server's two, with their templates and parsers
+
+
+def _router_messages(question: str) -> list[Message]:
+    return prompts.messages(prompts.router_prompt(question))
+
+
+def _parse_router(text: str, question: str) -> Action:
+    return parse_router(text, question=question)
+
+
+def _filter_messages(question: str, docs: list[Doc], objective: str | None = None) -> list[Message]:
+    return prompts.messages(prompts.filter_prompt(question, docs, objective))
+
+
+def _parse_filter(text: str, question: str, docs: list[Doc], objective: str | None = None) -> Action:
+    return parse_filter(text, n_docs=len(docs))
+
+
+def _decider_messages(question: str, roadmap: str, docs: list[Doc]) -> list[Message]:
+    return prompts.messages(prompts.decider_prompt(question, roadmap, docs))
+
+
+def _parse_decider(text: str, question: str, roadmap: str, docs: list[Doc]) -> Action:
+    return parse_decider(text, question=question, have_docs=bool(docs))
+
+
+def _roadmap_messages(question: str) -> list[Message]:
+    return prompts.messages(prompts.roadmap_prompt(question))
+
+
+def _answer_messages(question: str, docs: list[Doc], options: str = "") -> list[Message]:
+    return prompts.messages(prompts.answer_prompt(question, docs, options))
+
+
+ROUTER = Role("router", _router_messages, _parse_router, max_tokens=ROUTER_MAX_TOKENS)
+FILTER = Role("filter", _filter_messages, _parse_filter, stop=STOP, docs="docs")
+DECIDER = Role("decider", _decider_messages, _parse_decider, stop=STOP, docs="docs")
+ROADMAP = Role("roadmap", _roadmap_messages)
+ANSWER = Role("answer", _answer_messages, docs="docs")
 
 
 class _Count:
@@ -69,9 +110,16 @@ class C3PO(Workflow):
     """Reasoning Router, Information Filter and Decision Maker between the retriever and the LLM server."""
 
     name = "c3po"
+    roles = (ROUTER, FILTER, DECIDER)
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
+
+    @property
+    def needs(self) -> frozenset[str]:
+        if self.cfg.strategy == "no_retrieval":
+            return frozenset({"llm"})
+        return frozenset({"policy", "llm", "retriever"})
 
     def run(self, question: Question) -> Episodic:
         q = question.question
@@ -80,12 +128,7 @@ class C3PO(Workflow):
         query = q
         if strategy == "auto":
             try:
-                acted = yield Act(
-                    "router",
-                    prompts.messages(prompts.router_prompt(q)),
-                    partial(parse_router, question=q),
-                    max_tokens=ROUTER_MAX_TOKENS,
-                )
+                acted = yield ROUTER.act(question=q)
             except BudgetExceeded:  # no act may run at all: the LLM answers alone
                 acted = None
             if acted is None:
@@ -103,9 +146,7 @@ class C3PO(Workflow):
             docs = yield from self._single_pass(q, query, count)
         else:
             docs = yield from self._planning(q, count, info)
-        text = yield AskLLM(
-            "answer", prompts.messages(prompts.answer_prompt(q, docs, format_options(question)))
-        )
+        text = yield ANSWER.ask(question=q, docs=docs, options=format_options(question))
         info.update(depth=count.acts, invalid=count.invalid, doc_ids=[d.id for d in docs])
         info.setdefault("rounds", 0)
         return Answer(extract_answer(text, question.choices), info=info)
@@ -118,36 +159,27 @@ class C3PO(Workflow):
         if not docs:
             return []
         try:
-            acted = yield Act(
-                "filter",
-                prompts.messages(prompts.filter_prompt(q, docs, objective)),
-                partial(parse_filter, n_docs=len(docs)),
-                stop=STOP,
-            )
+            acted = yield FILTER.act(question=q, docs=docs, objective=objective)
         except BudgetExceeded:
             if reraise:
                 raise
             return list(docs)
         count.seen(acted)
-        return [docs[i - 1] for i in acted.action.value if 1 <= i <= len(docs)]
+        shown = acted.act.fields["docs"] if acted.act and acted.act.fields else docs  # after any fitting
+        return [shown[i - 1] for i in acted.action.value if 1 <= i <= len(shown)]
 
     def _single_pass(self, q: str, query: str, count: _Count) -> _Sub:
         ranked = yield Retrieve([query], k=self.cfg.topk)
         return (yield from self._filter(q, _docs(ranked), count))
 
     def _planning(self, q: str, count: _Count, info: dict[str, Any]) -> _Sub:
-        roadmap = yield AskLLM("roadmap", prompts.messages(prompts.roadmap_prompt(q)))
+        roadmap = yield ROADMAP.ask(question=q)
         gathered: list[Doc] = []  # what the LLM will answer with
         shown: list[Doc] = []  # what the decider sees: gathered documents and "nothing found" notes
-        rounds, stop = 0, "max_depth"
-        while rounds < self.cfg.max_depth:
+        rounds, stop = 0, "max_rounds"
+        while rounds < self.cfg.max_rounds:
             try:
-                acted = yield Act(
-                    "decider",
-                    prompts.messages(prompts.decider_prompt(q, roadmap, shown)),
-                    partial(parse_decider, question=q, have_docs=bool(shown)),
-                    stop=STOP,
-                )
+                acted = yield DECIDER.act(question=q, roadmap=roadmap, docs=shown)
             except BudgetExceeded:
                 stop = "budget"
                 break

@@ -25,11 +25,10 @@ invalid (invalid actions), stop (answer | forced | budget).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from ragteam.rollout.requests import Act, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
-from ragteam.types import Doc, Question
+from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.types import Action, Doc, Message, Question
 from ragteam.workflows.baselines import extract_answer
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import prompts
@@ -38,6 +37,34 @@ from ragteam.workflows.gym.parsers import parse_actor, predicted_answer
 AGENTS = ("direct", "cot", "rag", "react", "search-o1", "re2search")
 SUMMARIZING = ("search-o1", "re2search")
 DIRECT_MAX_TOKENS = 64
+
+
+def _actor_messages(
+    agent: str,
+    question: str,
+    docs: list[tuple[str, list[Doc]]],
+    notes: list[tuple[str, str]],
+    forced: bool,
+    mode: str,
+    choices: dict[str, str] | None,
+) -> list[Message]:
+    """The actor's prompt: the state is the searches so far, with their documents (`docs`) or, for the
+    summarizing designs, with the LLM's summaries (`notes`)."""
+    history = (
+        prompts.history_with_summaries(notes)
+        if agent in SUMMARIZING
+        else prompts.history_with_documents(docs)
+    )
+    return prompts.actor_messages(agent, question, history, forced=forced)
+
+
+def _parse_actor(text: str, *, mode: str, choices: dict[str, str] | None, **_: Any) -> Action:
+    return parse_actor(text, mode=mode, choices=choices)
+
+
+ACTOR = Role("actor", _actor_messages, _parse_actor, docs="docs")
+ACTOR_DIRECT = Role("actor", _actor_messages, _parse_actor, max_tokens=DIRECT_MAX_TOKENS, docs="docs")
+SUMMARY = Role("summary", prompts.summary_messages, docs="docs")
 
 
 class GymAgent(Workflow):
@@ -49,6 +76,16 @@ class GymAgent(Workflow):
         self.cfg = cfg if cfg is not None else WorkflowConfig()
         self.agent = agent
         self.name = f"gym:{agent}"
+
+    roles = (ACTOR,)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        if self.agent in ("direct", "cot"):
+            return frozenset({"policy"})
+        return frozenset(
+            {"policy", "llm", "retriever"} if self.agent in SUMMARIZING else {"policy", "retriever"}
+        )
 
     def run(self, question: Question) -> Episodic:
         q = question.question
@@ -68,21 +105,21 @@ class GymAgent(Workflow):
         max_steps = 1 if one_step else self.cfg.max_steps
         for step in range(1, max_steps + 1):
             forced = step == max_steps and not one_step
-            if agent in SUMMARIZING:
-                history = prompts.history_with_summaries(notes)
-            else:
-                history = prompts.history_with_documents(docs_history)
             mode = (
                 "answer"
                 if one_step or forced
                 else ("re2search" if agent == "re2search" else "search_or_answer")
             )
             try:
-                acted = yield Act(
-                    "actor",
-                    prompts.actor_messages(agent, shown_question, history, forced=forced),
-                    partial(parse_actor, mode=mode, choices=question.choices),
-                    max_tokens=DIRECT_MAX_TOKENS if agent == "direct" else None,
+                role = ACTOR_DIRECT if agent == "direct" else ACTOR
+                acted = yield role.act(
+                    agent=agent,
+                    question=shown_question,
+                    docs=list(docs_history),
+                    notes=list(notes),
+                    forced=forced,
+                    mode=mode,
+                    choices=question.choices,
                 )
             except BudgetExceeded:
                 info["stop"] = "budget"
@@ -100,7 +137,7 @@ class GymAgent(Workflow):
             info["searches"] += 1
             info["queries"].append(query)
             if agent in SUMMARIZING:
-                summary = yield AskLLM("summary", prompts.summary_messages(q, query, docs))
+                summary = yield SUMMARY.ask(question=q, query=query, docs=docs)
                 notes.append((query, summary.strip()))
             else:
                 docs_history.append((query, docs))

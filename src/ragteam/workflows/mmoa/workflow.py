@@ -23,11 +23,10 @@ generator), invalid (invalid actions), penalties (role -> penalty), doc_ids (doc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
-from ragteam.rollout.requests import Act, Answer, BudgetExceeded, Episodic, Retrieve, Workflow
-from ragteam.types import Doc, Hit, Question
+from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.baselines import format_options
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import prompts
@@ -36,6 +35,35 @@ from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, pars
 REWRITER_MAX_TOKENS = 128
 SELECTOR_MAX_TOKENS = 64
 GENERATOR_MAX_TOKENS = 64
+
+
+def _parse_rewriter(text: str, question: str) -> Action:
+    return parse_rewriter(text, question=question)
+
+
+def _parse_selector(text: str, question: str, docs: list[Doc]) -> Action:
+    return parse_selector(text, k=len(docs))
+
+
+def _parse_generator(
+    text: str, question: str, docs: list[Doc], options: str = "", choices: dict[str, str] | None = None
+) -> Action:
+    return parse_generator(text, choices=choices)
+
+
+def _generator_messages(
+    question: str, docs: list[Doc], options: str = "", choices: dict[str, str] | None = None
+) -> list:
+    return prompts.generator_messages(question, docs, options)
+
+
+REWRITER = Role("rewriter", prompts.rewriter_messages, _parse_rewriter, max_tokens=REWRITER_MAX_TOKENS)
+SELECTOR = Role(
+    "selector", prompts.selector_messages, _parse_selector, max_tokens=SELECTOR_MAX_TOKENS, docs="docs"
+)
+GENERATOR = Role(
+    "generator", _generator_messages, _parse_generator, max_tokens=GENERATOR_MAX_TOKENS, docs="docs"
+)
 
 
 def quotas(k: int, n: int) -> list[int]:
@@ -84,6 +112,7 @@ class MMOA(Workflow):
     """Query Rewriter, Selector and Generator as policy roles around a fixed retriever."""
 
     name = "mmoa"
+    roles = (REWRITER, SELECTOR, GENERATOR)
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
@@ -97,12 +126,7 @@ class MMOA(Workflow):
         subquestions = [q]
         if variant in ("qr-s-g", "qr-g"):
             try:
-                acted = yield Act(
-                    "rewriter",
-                    prompts.rewriter_messages(q),
-                    partial(parse_rewriter, question=q),
-                    max_tokens=REWRITER_MAX_TOKENS,
-                )
+                acted = yield REWRITER.act(question=q)
                 invalid += 0 if acted.action.valid else 1
                 penalties["rewriter"] = acted.action.penalty
                 subquestions = [str(s) for s in acted.action.value] or [q]
@@ -117,23 +141,16 @@ class MMOA(Workflow):
         selected = list(range(len(candidates)))
         if variant in ("qr-s-g", "s-g") and candidates:
             try:
-                acted = yield Act(
-                    "selector",
-                    prompts.selector_messages(q, candidates),
-                    partial(parse_selector, k=len(candidates)),
-                    max_tokens=SELECTOR_MAX_TOKENS,
-                )
+                acted = yield SELECTOR.act(question=q, docs=candidates)
                 invalid += 0 if acted.action.valid else 1
                 penalties["selector"] = acted.action.penalty
-                selected = [i for i in acted.action.value if 0 <= i < len(candidates)]
+                shown = len(acted.act.fields["docs"]) if acted.act and acted.act.fields else len(candidates)
+                selected = [i for i in acted.action.value if 0 <= i < shown]  # ids of the documents it saw
             except BudgetExceeded:
                 pass
         docs = [candidates[i] for i in selected]
-        acted = yield Act(
-            "generator",
-            prompts.generator_messages(q, docs, format_options(question)),
-            partial(parse_generator, choices=question.choices),
-            max_tokens=GENERATOR_MAX_TOKENS,
+        acted = yield GENERATOR.act(
+            question=q, docs=docs, options=format_options(question), choices=question.choices
         )
         invalid += 0 if acted.action.valid else 1
         penalties["generator"] = acted.action.penalty

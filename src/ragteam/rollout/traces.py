@@ -1,4 +1,7 @@
-"""The episode trace file of an eval (`episodes.jsonl`): streaming writes and resuming.
+"""Episode trace files (`episodes.jsonl`, one JSON line per episode tree): the one reader and writer.
+
+`read_episodes` streams a file (a bad line is an error naming file and line); `write_episodes` writes a
+batch; `TraceWriter` appends as episodes finish, one flushed line each (what eval and collect use).
 
 Each finished episode is appended as one JSON line and flushed at once, so an interrupted eval loses at most
 the line being written. On restart `load_trace` reads what is there (the last record of a question wins),
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Self
 
@@ -20,6 +24,22 @@ def _parse(line: bytes, path: Path, lineno: int) -> Episode:
         return Episode.from_dict(json.loads(line.decode("utf-8")))
     except (KeyError, ValueError, TypeError) as e:
         raise ValueError(f"{path}:{lineno}: not an episode record ({e!r})") from None
+
+
+def read_episodes(path: str | Path) -> Iterator[Episode]:
+    """Every episode of a trace file, in file order (blank lines skipped)."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                yield _parse(line, path, lineno)
+
+
+def write_episodes(path: str | Path, episodes: Iterable[Episode], append: bool = False) -> None:
+    """Write (or append) episodes, one JSON line each."""
+    with open(path, "a" if append else "w", encoding="utf-8") as f:
+        for ep in episodes:
+            f.write(ep.to_json() + "\n")
 
 
 def load_trace(path: str | Path, repair: bool = True) -> dict[str, Episode]:

@@ -1,0 +1,39 @@
+"""`ragteam collect sft|process`: roll out a workflow with a teacher and write training rows from the trees.
+
+    ragteam collect sft --workflow c3po --data hotpotqa-train.jsonl --out runs/c3po-sft --limit 500
+        [--teacher.model smollm2] [--tree c3po|samples] [--samples 4] [--accept cover_em|em|f1>=0.5|judge]
+    ragteam collect sft --workflow mmoa --data hotpotqa-train.jsonl --out runs/mmoa-sft [--samples 4]
+        [--candidates 10] [--min-overlap 1]
+    ragteam collect process --workflow gym:react --data hotpotqa-train.jsonl --out runs/react-pairs
+        [--candidates 4] [--ranker llm|rollout|critic] [--accept cover_em]
+
+Writes into --out: sft.jsonl (SFT rows; for `process`, the chosen actions of correct trajectories),
+pairs.jsonl (`process`: chosen vs lower-ranked candidates), episodes.jsonl (the trees; run the same
+command again to resume), summary.json and config.yaml. Train on them with `ragteam train sft --data
+OUT/sft.jsonl` or `ragteam train dpo|critic --data OUT/pairs.jsonl`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ragteam.collect.config import CollectConfig
+
+
+class Config(CollectConfig):
+    """Collect training rows: SFT by rejection sampling / MMOA-RAG heuristics, or RAG-Gym process pairs."""
+
+
+def run(cfg: Config) -> int:
+    from ragteam.collect.run import run_collect
+
+    try:
+        run_collect(cfg)
+    except KeyboardInterrupt:
+        print(
+            f"\nragteam collect: interrupted; finished episodes are in {cfg.out}/episodes.jsonl; "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
+    return 0

@@ -1,0 +1,190 @@
+"""The one config of `ragteam collect sft|process`, and how it becomes the eval's `RunConfig`.
+
+Collect runs a workflow like `ragteam eval` does (same `--llm.*`, `--retriever.*`, `--rollout.*`, workflow
+flags, `--data`, `--limit/--offset`, resumable `--out`), with three differences: the policy is the
+`--teacher.*` (default: the packaged SmolLM2, i.e. self-distillation), sampling defaults to temperature 1,
+and the fork schedule or keep-one-of-N is set by the command (`--tree`, `--samples`, `--candidates`,
+`--ranker`) rather than by `--rollout.forks` / `--rollout.best-of.*`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ragteam.collect.accept import AcceptRule
+from ragteam.eval.run import JudgeConfig
+from ragteam.eval.setup import CriticConfig, RunConfig
+from ragteam.llm.config import ModelConfig
+from ragteam.retrieval.config import RetrieverConfig
+from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.workflows.config import WorkflowConfig
+
+DEFAULT_K = 10
+"""MMOA-RAG's candidate set size K when --candidates is not given (WorkflowConfig's default)."""
+DEFAULT_N = 4
+"""Candidate actions per act for `collect process` when --candidates is not given."""
+
+
+class CollectConfig(WorkflowConfig):
+    """Collect training rows: SFT by rejection sampling / MMOA-RAG heuristics, or ranked process pairs."""
+
+    what: Literal["sft", "process"] = Field(
+        description="sft: SFT rows (rejection sampling from trees; MMOA-RAG's heuristic labels for "
+        "--workflow mmoa); process: preference pairs from ranked candidate actions (RAG-Gym)",
+        json_schema_extra={"positional": True},
+    )
+    workflow: str = Field(
+        ...,
+        description="workflow: c3po, mmoa, gym:react, gym:re2search, ... (as in `ragteam eval`)",
+    )
+    data: str = Field(..., description="questions file (any reader format of ragteam.data.questions)")
+    format: str | None = Field(None, description="reader format of --data (default: detected from the file)")
+    out: str = Field(..., description="output folder: sft.jsonl / pairs.jsonl, episodes.jsonl, summary.json")
+    limit: int | None = Field(None, ge=1, description="use at most this many questions")
+    offset: int = Field(0, ge=0, description="skip this many questions first")
+    skip_bad: bool = Field(False, description="skip malformed records of --data instead of stopping")
+    overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
+    progress: bool = Field(True, description="show a progress bar")
+
+    teacher: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="the model that plays the policy's roles while collecting (default: the packaged "
+        "SmolLM2, the policy itself: self-distillation)",
+    )
+    llm: ModelConfig = Field(default_factory=ModelConfig, description="the fixed LLM server (as in eval)")
+    retriever: RetrieverConfig = Field(
+        default_factory=RetrieverConfig,
+        description="the corpus: --retriever.index DIR, --retriever.url URL, or the dataset's own paragraphs",
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=lambda: RolloutConfig(temperature=1.0),
+        description="decoding, seeds and budgets (temperature 1 by default here); forks and keep-one-of-N "
+        "are set by --tree/--samples/--candidates/--ranker",
+    )
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="the critic of --ranker critic")
+    judge: JudgeConfig = Field(
+        default_factory=JudgeConfig, description="the judge endpoint of --accept judge"
+    )
+
+    accept: str = Field(
+        "cover_em",
+        description="when an answer is correct: a metric (cover_em, em: value 1), metric>=x (f1>=0.5) or "
+        "judge (needs --judge.base-url)",
+    )
+    samples: int = Field(
+        4, ge=1, le=64, description="sft: solutions per question (--tree samples) or rewrites (mmoa)"
+    )
+    tree: Literal["c3po", "samples"] | None = Field(
+        None,
+        description="sft: c3po = C-3PO's tree rollout (the router's three strategies, then 2 samples per "
+        "act up to depth 4); samples = --samples independent solutions; default c3po for --workflow c3po",
+    )
+    candidates: int | None = Field(  # type: ignore[assignment]
+        None,
+        ge=1,
+        le=50,
+        description=f"process: N candidate actions per act (default {DEFAULT_N}); sft --workflow mmoa: the "
+        f"Selector's K candidates (default {DEFAULT_K})",
+    )
+    ranker: Literal["llm", "rollout", "critic"] = Field(
+        "llm",
+        description="process: who ranks the candidates: llm (the LLM server with a rubric), rollout (mean "
+        "reward of Monte Carlo rollouts), critic (--critic.model)",
+    )
+    keep_invalid: bool = Field(
+        False, description="sft: keep replies that did not parse (the workflow fell back); default: drop"
+    )
+    min_overlap: int = Field(
+        1,
+        ge=1,
+        description="mmoa: a candidate is a Selector label when it shares this many content words with the "
+        "question and gold answer (the paper: 1) or contains the gold answer",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sampling_default(cls, data: Any) -> Any:
+        """Temperature 1 unless given, also when other --rollout.* flags are (they build `rollout` anew)."""
+        if isinstance(data, dict) and isinstance(data.get("rollout"), dict):
+            data = {**data, "rollout": {"temperature": 1.0, **data["rollout"]}}
+        return data
+
+    @field_validator("accept")
+    @classmethod
+    def _accept(cls, value: str) -> str:
+        return str(AcceptRule.parse(value))
+
+    # ------------------------------------------------------------------ derived settings
+
+    @property
+    def mode(self) -> str:
+        """`sft` (rejection sampling), `mmoa` (MMOA-RAG's heuristic SFT data) or `process`."""
+        if self.what == "sft" and self.workflow == "mmoa":
+            return "mmoa"
+        return self.what
+
+    @property
+    def tree_kind(self) -> str:
+        return self.tree or ("c3po" if self.workflow == "c3po" else "samples")
+
+    @property
+    def n_candidates(self) -> int:
+        return self.candidates or DEFAULT_N
+
+    @property
+    def teacher_name(self) -> str:
+        t = self.teacher
+        name = t.model if t.backend == "local" else f"{t.base_url}/{t.model}"
+        return name + (f"+lora:{t.lora}" if t.lora else "")
+
+    def workflow_config(self) -> WorkflowConfig:
+        """The workflow options; K (`candidates`) is --candidates only for mmoa SFT."""
+        fields = {name: getattr(self, name) for name in WorkflowConfig.model_fields}
+        fields["candidates"] = (self.candidates if self.mode == "mmoa" else None) or DEFAULT_K
+        return WorkflowConfig(**fields)
+
+    def resolved_rollout(self) -> RolloutConfig:
+        """The rollout settings with the command's forks or keep-one-of-N (ValueError if they clash)."""
+        r = self.rollout
+        if r.forks:
+            raise ValueError(
+                "collect sets the fork schedule itself (--tree, --samples, --candidates): "
+                "drop --rollout.forks"
+            )
+        data = r.model_dump()
+        if self.mode == "process":
+            data["best_of"] = {**data["best_of"], "n": self.n_candidates, "scorer": self.ranker}
+            many = self.n_candidates > 1
+        elif self.mode == "mmoa":
+            data["forks"] = [{"role": "rewriter", "k": self.samples}]
+            many = self.samples > 1 and self.variant in ("qr-s-g", "qr-g")
+        elif self.tree_kind == "c3po":
+            if self.workflow != "c3po":
+                raise ValueError(
+                    f"--tree c3po forks C-3PO's router; workflow {self.workflow!r} has none: "
+                    "use --tree samples"
+                )
+            data.update(C3PO_TREE)
+            many = True
+        else:
+            data["forks"] = [self.samples, 1]
+            many = self.samples > 1
+        if many and r.temperature == 0:
+            raise ValueError(
+                "collect samples several replies per act: --rollout.temperature 0 would make them identical"
+            )
+        return RolloutConfig.model_validate(data)
+
+    def run_config(self) -> RunConfig:
+        """The eval's RunConfig of this collection: the teacher plays the policy."""
+        return RunConfig(
+            **self.workflow_config().model_dump(),
+            workflow=self.workflow,
+            policy=self.teacher,
+            llm=self.llm,
+            retriever=self.retriever,
+            rollout=self.resolved_rollout(),
+            critic=self.critic,
+        )

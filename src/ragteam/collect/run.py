@@ -1,0 +1,347 @@
+"""`ragteam collect`: roll out a workflow with a teacher, then turn the recorded trees into training rows.
+
+Phases: select the questions (offset, limit) -> resume (skip those already in DIR/episodes.jsonl; a resumed
+run must keep the settings that change rollouts) -> roll out the rest, streaming each finished tree to the
+trace -> (judge the answers, for --accept judge) -> rows from every selected question's tree -> write
+DIR/sft.jsonl or DIR/pairs.jsonl, DIR/summary.json, and print a short table. Rows are always rebuilt from
+the whole trace, so a resumed run, or a rerun with another --accept, gives the rows of all its questions.
+
+| mode    | command                          | rollout                            | rows                  |
+|---------|----------------------------------|------------------------------------|-----------------------|
+| sft     | collect sft --workflow c3po|...  | C-3PO tree, or --samples solutions | kept nodes (`sft.py`) |
+| mmoa    | collect sft --workflow mmoa      | --samples rewrites + retrieval     | heuristic (`mmoa.py`) |
+| process | collect process --workflow gym:* | keep-one-of-N, N = --candidates    | pairs (`process.py`), |
+|         |                                  |                                    | chosen actions as SFT |
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+import yaml
+
+from ragteam.collect.accept import AcceptRule, Verdicts, judge_answers
+from ragteam.collect.config import CollectConfig
+from ragteam.collect.mmoa import MMOALabeling, mmoa_rows
+from ragteam.collect.process import process_pairs
+from ragteam.collect.rows import write_rows
+from ragteam.collect.sft import sft_rows, tree_counts
+from ragteam.config import save_resolved
+from ragteam.eval.run import config_differences, select_questions
+from ragteam.rollout.traces import TraceWriter, finished_ids, load_trace
+from ragteam.rollout.tree import Episode
+
+TRACE_FILE = "episodes.jsonl"
+SFT_FILE = "sft.jsonl"
+PAIRS_FILE = "pairs.jsonl"
+SUMMARY_FILE = "summary.json"
+
+RESUME_IGNORED = frozenset({"accept", "judge", "keep_invalid", "min_overlap"})
+"""Settings that only change how rows are made from the trees, so a resumed run may change them (on top of
+eval's: limit, offset, out, progress, batch sizes...)."""
+
+
+# ---------------------------------------------------------------------------------------------- phases
+
+
+def check_resumable(cfg: CollectConfig, out: Path) -> None:
+    """Refuse to add episodes to a trace recorded under settings that change rollouts."""
+    saved = out / "config.yaml"
+    if not (out / TRACE_FILE).exists() or not saved.exists():
+        return
+    try:
+        old = (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}).get("config", {})
+    except yaml.YAMLError as e:
+        raise ValueError(f"{saved}: not valid YAML ({e}); use --overwrite or another --out") from None
+    new = cfg.model_dump(mode="json")
+    diff = [
+        k
+        for k in config_differences(old, new)
+        if not any(k == ign or k.startswith(ign + ".") for ign in RESUME_IGNORED)
+    ]
+    if diff:
+        raise ValueError(
+            f"{out} holds episodes collected with other settings (differs in {', '.join(diff[:6])}); to "
+            "resume, keep those settings; otherwise pass --overwrite or choose another --out"
+        )
+
+
+def build_engine(cfg: CollectConfig, data: str, fmt: str):
+    """(workflow, engine) of the collection: the eval's `build_run` with the teacher as the policy, or, for
+    MMOA-RAG's SFT data, the labelling rollout over the teacher and the retriever alone."""
+    from ragteam.eval.setup import build_retriever, build_run
+
+    run_cfg = cfg.run_config()
+    if cfg.mode != "mmoa":
+        parts = build_run(run_cfg, data=data, fmt=fmt)
+        return parts.workflow, parts.engine
+    from ragteam.llm.factory import build_chat_model
+    from ragteam.rollout.engine import Engine
+
+    workflow = MMOALabeling(run_cfg.workflow_config())
+    retriever = build_retriever(run_cfg, data, fmt)
+    teacher = build_chat_model(cfg.teacher) if "policy" in workflow.needs else None
+    return workflow, Engine(teacher, None, retriever, run_cfg.rollout)
+
+
+def validate(cfg: CollectConfig) -> None:
+    """Fail before any model loads: a known workflow with policy roles, consistent rollout settings."""
+    from ragteam.eval.setup import build_workflow
+
+    run_cfg = cfg.run_config()  # raises on clashing fork / temperature settings
+    workflow = build_workflow(run_cfg)
+    if not workflow.roles:
+        raise ValueError(f"workflow {cfg.workflow!r} has no policy role: there is nothing to collect for it")
+    if cfg.mode == "process" and cfg.ranker == "critic" and not cfg.critic.model:
+        raise ValueError("--ranker critic needs a critic model: pass --critic.model DIR")
+    if AcceptRule.parse(cfg.accept).needs_judge and cfg.mode != "mmoa" and not cfg.judge.base_url:
+        raise ValueError("--accept judge needs a judge endpoint: pass --judge.base-url URL")
+
+
+# ---------------------------------------------------------------------------------------------- rows
+
+
+def collect_sft(cfg: CollectConfig, episodes: list[Episode], verdicts: Verdicts | None) -> tuple[list, dict]:
+    """Rejection sampling: rows of the kept nodes of every tree, and the counts for the summary."""
+    rule = AcceptRule.parse(cfg.accept)
+    rows: list = []
+    dropped: Counter = Counter()
+    sampled: Counter = Counter()
+    leaves = correct = accepted = 0
+    for ep in episodes:
+        accept = rule.predicate(ep, verdicts)
+        got, why = sft_rows(
+            ep,
+            accept,
+            value=lambda leaf, ep=ep: rule.value(ep, leaf, verdicts),
+            teacher=cfg.teacher_name,
+            keep_invalid=cfg.keep_invalid,
+        )
+        rows += got
+        dropped.update(why)
+        tc = tree_counts(ep, accept)
+        sampled.update(tc["policy_nodes"])
+        leaves += tc["leaves"]
+        correct += tc["correct_leaves"]
+        accepted += tc["correct_leaves"] > 0
+    stats = {
+        "leaves": leaves,
+        "correct_leaves": correct,
+        "kept_paths": correct,
+        "accepted_questions": accepted,
+        "rows": len(rows),
+        "rows_per_role": dict(Counter(r.role for r in rows)),
+        "sampled_per_role": dict(sampled),
+        "dropped": dict(dropped),
+    }
+    return rows, stats
+
+
+def collect_mmoa(cfg: CollectConfig, episodes: list[Episode]) -> tuple[list, dict]:
+    """MMOA-RAG's warm-start rows of every question, and the counts for the summary."""
+    rows: list = []
+    counts: Counter = Counter()
+    for ep in episodes:
+        got, c = mmoa_rows(ep, variant=cfg.variant, min_overlap=cfg.min_overlap, teacher=cfg.teacher_name)
+        rows += got
+        counts.update(c)
+    with_support = counts.pop("with_supporting_ids", 0)
+    recall_sum = counts.pop("baseline_recall_sum", 0.0)
+    stats = {
+        "rewrites": counts.pop("rewrites", 0),
+        "rewrites_kept": counts.pop("rewrites_kept", 0),
+        "questions_with_supporting_ids": with_support,
+        "mean_baseline_recall": recall_sum / with_support if with_support else None,
+        "accepted_questions": len({r.question_id for r in rows}),
+        "rows": len(rows),
+        "rows_per_role": dict(Counter(r.role for r in rows)),
+        "dropped": dict(counts),
+    }
+    return rows, stats
+
+
+def collect_process(
+    cfg: CollectConfig, episodes: list[Episode], verdicts: Verdicts | None
+) -> tuple[list, list, dict]:
+    """Ranked pairs on correct trajectories, the chosen actions of those trajectories as SFT rows, counts."""
+    rule = AcceptRule.parse(cfg.accept)
+    pairs: list = []
+    chosen_rows: list = []
+    counts: Counter = Counter()
+    accepted = 0
+    for ep in episodes:
+        accept = rule.predicate(ep, verdicts)
+        got, c = process_pairs(ep, accept)
+        pairs += got
+        counts.update(c)
+        rows, _ = sft_rows(ep, accept, source="process_chosen", teacher=cfg.teacher_name)
+        chosen_rows += rows
+        accepted += tree_counts(ep, accept)["correct_leaves"] > 0
+    stats = {
+        "accepted_questions": accepted,
+        "groups": counts.pop("groups", 0),
+        "groups_on_correct_paths": counts.pop("groups_on_correct_paths", 0),
+        "pairs": len(pairs),
+        "pairs_per_role": dict(Counter(p.role for p in pairs)),
+        "sft_rows": len(chosen_rows),
+        "skipped": dict(counts),
+    }
+    return pairs, chosen_rows, stats
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """A short plain-text table of a collection's summary."""
+    keys = [
+        "questions",
+        "episodes",
+        "failed_episodes",
+        "leaves",
+        "correct_leaves",
+        "kept_paths",
+        "accepted_questions",
+        "acceptance_rate",
+        "rewrites",
+        "rewrites_kept",
+        "groups_on_correct_paths",
+        "pairs",
+        "rows",
+        "sft_rows",
+        "seconds",
+    ]
+    lines = [f"collect {summary['command']} · {summary['workflow']} · accept {summary['accept']}"]
+    for k in keys:
+        if k in summary and summary[k] is not None:
+            v = summary[k]
+            lines.append(f"  {k:<24} {v:.3f}" if isinstance(v, float) else f"  {k:<24} {v}")
+    roles = sorted({*summary.get("sampled_per_role", {}), *summary.get("rows_per_role", {})})
+    roles += sorted(set(summary.get("pairs_per_role", {})) - set(roles))
+    if roles:
+        lines.append(f"  {'role':<12} {'sampled':>8} {'rows':>8} {'pairs':>8}")
+        for role in roles:
+            cells = [
+                summary.get(f, {}).get(role, "-")
+                for f in ("sampled_per_role", "rows_per_role", "pairs_per_role")
+            ]
+            lines.append(f"  {role:<12} " + " ".join(f"{str(c):>8}" for c in cells))
+    return "\n".join(lines)
+
+
+def _empty_note(summary: dict[str, Any]) -> str | None:
+    """Why nothing was written, when nothing was (so an empty file is not a mystery)."""
+    if summary["mode"] == "process" and not summary["pairs"]:
+        return (
+            f"no pairs written: {summary['accepted_questions']} of {summary['questions']} questions passed "
+            f"--accept {summary['accept']}; candidates skipped on their paths: {summary['skipped'] or 'none'}"
+        )
+    if summary["mode"] == "sft" and not summary["rows"]:
+        return (
+            f"no rows written: {summary['correct_leaves']} of {summary['leaves']} leaves passed --accept "
+            f"{summary['accept']}; kept nodes dropped: {summary['dropped'] or 'none'}"
+        )
+    if summary["mode"] == "mmoa" and not summary["rows"]:
+        return f"no rows written: {summary['dropped'] or 'no usable episode'}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- command
+
+
+def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
+    """Run (or resume) the collection `cfg` describes; write every output into `cfg.out`; the summary."""
+    from ragteam.data.questions import read_questions
+    from ragteam.metrics.answer import score_answer
+
+    t0 = perf_counter()
+    validate(cfg)
+    qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
+    if qset.skipped:
+        log(f"skipped {qset.skipped} malformed records of {cfg.data}")
+    selected = select_questions(qset.questions, cfg.offset, cfg.limit)
+    if not selected:
+        raise ValueError(
+            f"{cfg.data}: no questions at offset {cfg.offset} (the file has {len(qset.questions)})"
+        )
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / TRACE_FILE
+    if cfg.overwrite and trace.exists():
+        trace.unlink()
+    check_resumable(cfg, out)
+    save_resolved(cfg, out, f"collect {cfg.what}")
+
+    done = finished_ids(load_trace(trace)) & {q.id for q in selected}
+    todo = [q for q in selected if q.id not in done]
+    if done:
+        log(f"resuming: {len(done)} of {len(selected)} questions already in {trace}, {len(todo)} to run")
+    calls: dict[str, int] = {}
+    if todo:
+        workflow, engine = build_engine(cfg, cfg.data, qset.format)
+        reward = None if cfg.mode == "mmoa" else (lambda q, prediction: score_answer(prediction, q))
+        with TraceWriter(trace) as writer:
+            engine.run(workflow, todo, reward=reward, on_episode=writer.write, progress=cfg.progress)
+        calls = dict(engine.calls)
+
+    recorded = load_trace(trace)
+    episodes = [recorded[q.id] for q in selected if q.id in recorded]
+    rule = AcceptRule.parse(cfg.accept)
+    verdicts, judge_info = None, None
+    if rule.needs_judge and cfg.mode != "mmoa":
+        verdicts, judge_info = judge_answers(cfg.judge, episodes)
+
+    summary: dict[str, Any] = {
+        "command": cfg.what,
+        "mode": cfg.mode,
+        "workflow": cfg.workflow,
+        "accept": "(mmoa heuristics)" if cfg.mode == "mmoa" else str(rule),
+        "teacher": cfg.teacher_name,
+        "questions": len(selected),
+        "episodes": len(episodes),
+        "failed_episodes": sum(1 for ep in episodes if ep.status == "failed"),
+    }
+    files = [TRACE_FILE]
+    if cfg.mode == "sft":
+        rows, stats = collect_sft(cfg, episodes, verdicts)
+        write_rows(out / SFT_FILE, rows)
+        files.append(SFT_FILE)
+        summary.update(tree=cfg.tree_kind, samples=cfg.samples if cfg.tree_kind == "samples" else None)
+    elif cfg.mode == "mmoa":
+        rows, stats = collect_mmoa(cfg, episodes)
+        write_rows(out / SFT_FILE, rows)
+        files.append(SFT_FILE)
+        summary.update(samples=cfg.samples, variant=cfg.variant, k=cfg.workflow_config().candidates)
+    else:
+        pairs, rows, stats = collect_process(cfg, episodes, verdicts)
+        write_rows(out / PAIRS_FILE, pairs)
+        write_rows(out / SFT_FILE, rows)
+        files += [PAIRS_FILE, SFT_FILE]
+        summary.update(candidates=cfg.n_candidates, ranker=cfg.ranker)
+    summary.update(stats)
+    summary["acceptance_rate"] = summary["accepted_questions"] / len(selected)
+    if judge_info is not None:
+        summary["judge"] = judge_info
+    summary.update(
+        data=str(cfg.data),
+        format=qset.format,
+        offset=cfg.offset,
+        engine_calls=calls,
+        rollout=cfg.resolved_rollout().model_dump(mode="json"),
+        files=[*files, SUMMARY_FILE, "config.yaml"],
+        seconds=perf_counter() - t0,
+    )
+    (out / SUMMARY_FILE).write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    log(summary_table(summary))
+    note = _empty_note(summary)
+    if note:
+        log(note)
+    log(f"wrote {out}/: " + ", ".join(summary["files"]))
+    return summary

@@ -1,0 +1,198 @@
+"""The protocol between workflows and the engine: declared roles, the requests a workflow yields, their results.
+
+A workflow is a generator: it yields one request at a time and receives its result, and finally returns an
+`Answer`. It never calls a model or a retriever itself, so the engine can batch every episode's requests,
+fork an episode at any policy act, keep one of N candidates, and replay a recorded prefix without calling a
+model again. Workflows import this module, never the engine.
+
+A **role** is declared once by its workflow (name, prompt template, parser, limits), so the engine, credit
+assignment and trainers can enumerate a workflow's roles and rebuild a role's prompt from its fields:
+
+    FILTER = Role("filter", render=prompts.filter_messages, parse=parse_filter_docs, stop=STOP, docs="docs")
+
+    def run(self, q: Question) -> Episodic:
+        hits = yield Retrieve([q.question], k=5)
+        kept = yield FILTER.act(question=q.question, docs=[h.doc for h in hits[0]])
+        text = yield ANSWER.ask(question=q.question, docs=kept_docs)
+        return Answer(text)
+
+`render(**fields) -> messages` is the template; `parse(text, **fields) -> Action` the parser (it never
+raises: a malformed output is `Action(valid=False, penalty=...)`). The field named by `docs` holds the ranked
+documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])` groups): when a prompt is longer than
+the model's context, the engine drops the lowest-ranked documents, then shortens passages, and re-renders
+(see `ragteam.rollout.fit`). Roles and their functions live at module level, so workflows stay picklable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, ClassVar
+
+from ragteam.types import Action, Hit, Message, Question
+
+# ---------------------------------------------------------------------------------------------- roles
+
+
+@dataclass(frozen=True)
+class Role:
+    """A part played in a workflow: by the trainable policy (`act`) or by the fixed LLM server (`ask`).
+
+    name        the role's name in traces, credit and training data (`router`, `filter`, `actor`, `answer`)
+    render      the prompt template: `render(**fields) -> list[Message]`
+    parse       the parser of a policy role: `parse(text, **fields) -> Action`, never raises (None for LLM calls)
+    max_tokens  tokens per reply (None: the engine's default)
+    stop        stop strings
+    docs        the field holding the prompt's ranked documents, which fitting may cut (None: no documents)
+    """
+
+    name: str
+    render: Callable[..., list[Message]]
+    parse: Callable[..., Action] | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    docs: str | None = None
+
+    def act(self, **fields: Any) -> Act:
+        """A request for the policy to play this role on the prompt rendered from `fields`."""
+        if self.parse is None:
+            raise TypeError(f"role {self.name!r} has no parser: it is an LLM call, use .ask()")
+        return Act(
+            self.name,
+            self.render(**fields),
+            partial(self.parse, **fields),
+            max_tokens=self.max_tokens,
+            stop=self.stop,
+            spec=self,
+            fields=fields,
+        )
+
+    def ask(self, **fields: Any) -> AskLLM:
+        """A request for the fixed LLM server to answer the prompt rendered from `fields`."""
+        return AskLLM(
+            self.name,
+            self.render(**fields),
+            max_tokens=self.max_tokens,
+            stop=self.stop,
+            spec=self,
+            fields=fields,
+        )
+
+    def rebuild(self, request: Act | AskLLM, **changes: Any) -> Act | AskLLM:
+        """The same request with some fields changed (re-rendered, parser re-bound): how fitting cuts."""
+        fields = {**(request.fields or {}), **changes}
+        if isinstance(request, Act):
+            return dataclasses.replace(
+                self.act(**fields), max_tokens=request.max_tokens, branch=request.branch
+            )
+        return dataclasses.replace(self.ask(**fields), max_tokens=request.max_tokens)
+
+
+# ---------------------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class Act:
+    """The trainable policy plays `role` on `messages`; `parse` turns its text into an Action (never raises).
+
+    Result: `Acted`. Only `Act` nodes are trained; only they fork and keep one of N (`branch=False` pins
+    one sample). `spec` and `fields` are set when the act comes from a declared `Role` (`Role.act`).
+    """
+
+    role: str
+    messages: list[Message]
+    parse: Callable[[str], Action] = field(compare=False, repr=False)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    branch: bool = True
+    spec: Role | None = field(default=None, compare=False, repr=False)
+    fields: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class AskLLM:
+    """The fixed LLM server answers `messages`; `purpose` labels the call in traces (`answer`, `roadmap`).
+
+    Result: the completion text (str).
+    """
+
+    purpose: str
+    messages: list[Message]
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    spec: Role | None = field(default=None, compare=False, repr=False)
+    fields: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Retrieve:
+    """Search the retriever with each query. Result: `list[list[Hit]]`, one ranked list per query."""
+
+    queries: list[str]
+    k: int
+
+
+Request = Act | AskLLM | Retrieve
+
+
+@dataclass(frozen=True)
+class Acted:
+    """Result of an `Act`: the policy's text, its parsed action, and the id of the recorded node.
+
+    `act` is the request as it was finally sent: when the prompt was cut to fit the context, its `fields`
+    hold the documents the policy actually saw (e.g. a filter's ids refer to those).
+    """
+
+    text: str
+    action: Action
+    node_id: int
+    act: Act | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass
+class Answer:
+    """What a workflow returns: the final answer text, plus facts for reports (e.g. `{"strategy": "planning"}`)."""
+
+    text: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+Episodic = Generator[Request, Any, Answer]
+
+
+class BudgetExceeded(Exception):
+    """Thrown into a workflow when its path exceeds the engine's depth or token budget.
+
+    A workflow may catch it and finish (e.g. ask the LLM to answer with what it has); if it does not,
+    the path ends as a leaf with status `truncated` and an empty answer.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- workflows
+
+
+class Workflow(ABC):
+    """The control flow of one system (C-3PO, MMOA-RAG, a RAG-Gym agent...). Pure logic, no I/O, picklable.
+
+    `roles` declares the policy roles it may play (what credit and trainers enumerate); `needs` says which
+    parts of the environment a run must provide (`policy`, `llm`, `retriever`), so entry points build only
+    those.
+    """
+
+    name: str = "workflow"
+    roles: ClassVar[tuple[Role, ...]] = ()
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """The parts this configured workflow calls: a subset of {"policy", "llm", "retriever"}."""
+        return frozenset({"policy", "llm", "retriever"} if self.roles else {"llm", "retriever"})
+
+    @abstractmethod
+    def run(self, question: Question) -> Episodic:
+        """Yield requests, receive their results, return the `Answer`. Must be deterministic given results."""
+
+
+ResultOf = Acted | str | list[list[Hit]]

@@ -1,0 +1,317 @@
+"""What the SFT, DPO and critic trainers share: the common config, the output folder, TRL's arguments, logs.
+
+Every trainer writes into one folder `--out DIR`:
+
+    DIR/config.yaml          the resolved config (learning rate included), command and library versions
+    DIR/log.jsonl            one JSON line per logged step {"step", "epoch", "loss", ...}; appended on resume
+    DIR/runs/                TensorBoard event files (when tensorboard is installed)
+    DIR/checkpoint-N/        every --save-steps steps (the newest --save-total-limit kept); --resume continues
+                             from the newest
+    DIR/                     the final model: a full model folder, or a LoRA adapter (policy trainers)
+
+The folder guards against mistakes: a folder that already holds checkpoints or a model is only reused with
+`--resume`, so a second run never overwrites a first one by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+
+from ragteam.config import Config, versions
+
+LLAMA_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class TrainConfig(Config):
+    """Settings every trainer shares: data, output, initial model, LoRA, schedule, checkpoints, logging."""
+
+    data: str = Field(description="training rows: sft.jsonl (train sft) or pairs.jsonl (train dpo|critic)")
+    out: str = Field(description="output folder: final model, checkpoints, log.jsonl, config.yaml")
+    init: str = Field(
+        "smollm2", description="initial model: 'smollm2' (packaged), 'tiny' (test model) or a model folder"
+    )
+    lora: bool = Field(False, description="train a LoRA adapter instead of every weight")
+    lora_r: int = Field(16, ge=1, description="LoRA rank")
+    lora_alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r)")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="dropout on the LoRA branch")
+    lora_targets: list[str] = Field(
+        default_factory=lambda: list(LLAMA_LORA_TARGETS),
+        description="module names that get adapters: every attention and MLP projection of a "
+        "llama-architecture model",
+    )
+    max_steps: int | None = Field(
+        None, ge=1, description="stop after this many optimizer steps (overrides --epochs)"
+    )
+    epochs: float = Field(1.0, gt=0, description="passes over the data")
+    lr: float | None = Field(
+        None,
+        gt=0,
+        description="peak learning rate (linear decay); default per trainer: sft 2e-5 (LoRA 2e-4), "
+        "dpo 1e-6 (LoRA 1e-5), critic 1e-5 (LoRA 1e-4)",
+    )
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    batch_size: int = Field(4, ge=1, description="rows (sft) or pairs (dpo, critic) per forward")
+    grad_accum: int = Field(1, ge=1, description="forwards per optimizer step")
+    max_length: int = Field(
+        1024, ge=16, description="most tokens of a training sequence (longer ones are cut)"
+    )
+    seed: int = Field(0, description="seed of initialisation (LoRA, critic head), shuffling and dropout")
+    save_steps: int = Field(100, ge=1, description="write a checkpoint every N optimizer steps")
+    save_total_limit: int | None = Field(2, ge=1, description="checkpoints kept (oldest deleted; none: all)")
+    resume: bool = Field(False, description="continue from the newest checkpoint in --out")
+    log_steps: int = Field(1, ge=1, description="log loss and metrics every N optimizer steps")
+    tensorboard: bool = Field(True, description="write TensorBoard events to OUT/runs (when installed)")
+    progress: bool = Field(True, description="show progress bars")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
+    bf16: bool = Field(False, description="bf16 mixed precision (GPUs that support it)")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, ~30% slower"
+    )
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice)")
+
+
+def resolved_lr(cfg: TrainConfig, defaults: dict[str, float]) -> float:
+    """`--lr`, or the trainer's default for full fine-tuning / LoRA."""
+    return cfg.lr if cfg.lr is not None else defaults["lora" if cfg.lora else "full"]
+
+
+# ---- the output folder -----------------------------------------------------------------------------------
+
+
+def checkpoints(out: str | Path) -> list[Path]:
+    """The `checkpoint-N` folders in `out`, oldest first."""
+    found = [
+        p for p in Path(out).glob("checkpoint-*") if p.is_dir() and re.fullmatch(r"checkpoint-\d+", p.name)
+    ]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def prepare_out_dir(cfg: TrainConfig) -> Path | None:
+    """Create `cfg.out`; return the checkpoint to resume from (None: a fresh run). ValueError on misuse."""
+    out = Path(cfg.out)
+    found = checkpoints(out)
+    if cfg.resume:
+        if not found:
+            raise ValueError(f"--resume: no checkpoint-N folder in {out} to continue from")
+        _trim_log(out, _checkpoint_step(found[-1]))
+        return found[-1]
+    holds_model = any((out / name).exists() for name in ("config.json", "adapter_config.json"))
+    if found or holds_model:
+        raise ValueError(
+            f"{out} already holds a training run ({'checkpoints' if found else 'a model'}); "
+            "pass --resume to continue it, or choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "log.jsonl").write_text("", encoding="utf-8")
+    return None
+
+
+def _checkpoint_step(checkpoint: Path) -> int:
+    state = checkpoint / "trainer_state.json"
+    if state.is_file():
+        return int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
+    return int(checkpoint.name.split("-")[1])
+
+
+def _trim_log(out: Path, step: int) -> None:
+    """Drop log rows after `step` (logged after the checkpoint a resumed run restarts from): no step twice."""
+    path = out / "log.jsonl"
+    if path.is_file():
+        keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        keep = [line for line in keep if json.loads(line).get("step", 0) <= step]
+        path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+
+
+def resolve_init(init: str) -> Path:
+    """The init model's folder (`smollm2` and `tiny` are built on first use); a clear error for an adapter."""
+    from ragteam.llm.local import resolve_model_path
+
+    path = Path(init).expanduser()
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        base = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get(
+            "base_model_name_or_path"
+        )
+        raise ValueError(
+            f"--init {init} is a LoRA adapter, not a model: start from a full model folder (its base was "
+            f"{base}); to continue a LoRA run use --resume, or train the first stage without --lora"
+        )
+    return resolve_model_path(init)
+
+
+def write_config(
+    out: str | Path, command: str, cfg: Config, options: Config, lr: float, init_path: Path
+) -> Path:
+    """Write `out/config.yaml`: the common config with the resolved lr, the trainer's options, versions."""
+    resolved = cfg.model_dump(mode="json") | {"lr": lr}
+    key = command.split()[-1]
+    doc = {
+        "command": command,
+        "config": resolved | {key: options.model_dump(mode="json")},
+        "init_path": str(init_path),
+        "versions": versions() | _training_versions(),
+    }
+    path = Path(out) / "config.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _training_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("peft", "accelerate", "datasets"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+# ---- TRL / transformers arguments ------------------------------------------------------------------------
+
+
+def tensorboard_available() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
+    """Keyword arguments shared by SFTConfig, DPOConfig and RewardConfig (all TrainingArguments)."""
+    import torch
+
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    return dict(
+        output_dir=str(cfg.out),
+        max_steps=cfg.max_steps if cfg.max_steps is not None else -1,
+        num_train_epochs=cfg.epochs,
+        learning_rate=lr,
+        lr_scheduler_type="linear",
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        seed=cfg.seed,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        logging_strategy="steps",
+        logging_steps=cfg.log_steps,
+        logging_first_step=True,
+        report_to=["tensorboard"] if cfg.tensorboard and tensorboard_available() else [],
+        disable_tqdm=not cfg.progress,
+        use_cpu=cfg.device == "cpu",
+        bf16=cfg.bf16,  # TRL's configs default to bf16=True; off unless asked (CPU)
+        activation_checkpointing=cfg.gradient_checkpointing,  # TRL's default is on; off: faster on CPU
+        dataloader_num_workers=0,
+        dataloader_pin_memory=cfg.device != "cpu" and torch.cuda.is_available(),
+        save_only_model=False,  # optimizer and scheduler state too, so --resume continues exactly
+    )
+
+
+def lora_config(cfg: TrainConfig, task_type: str):
+    """peft's LoraConfig from the config's lora_* fields (`task_type`: CAUSAL_LM or SEQ_CLS)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type=task_type,
+    )
+
+
+def setup_libraries() -> None:
+    """Quiet transformers' and datasets' info chatter, and score only trained tokens on CPU (see below)."""
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_warning()
+    datasets.logging.set_verbosity_warning()
+    score_only_trained_tokens_on_cpu()
+
+
+def score_only_trained_tokens_on_cpu() -> bool:
+    """Make TRL's fused LM head score only the positions that carry a label on CPU too; True when active.
+
+    Why: TRL's SFT and DPO losses run the LM head (a 49k-word vocabulary for SmolLM2) in chunks over the
+    hidden states. On Triton devices TRL first keeps only the positions with a label ("compact"); elsewhere
+    it scores every position, prompt included, because on XLA/Neuron a varying number of positions would
+    recompile the graph. CPU has no such issue, and an SFT or DPO row trains a short reply after a long
+    prompt, so scoring every position spends about a third of a CPU step on logits that are thrown away
+    (measured: SmolLM2, batch 4, 1.5x faster steps). The loss and gradients are the same either way (masked
+    positions contribute zero); only the rows fed to the head change. TRL decides this through
+    `trl.trainer.utils._use_triton`, which this wraps to answer True for CPU tensors (the kernels' own
+    choice of Triton vs torch code is a separate reference, left untouched). Without that private name
+    (another TRL version) nothing changes.
+    """
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        return False
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:
+        return False
+    if getattr(original, "_ragteam_compact_cpu", False):
+        return True
+
+    def use_compact(device) -> bool:
+        return device.type == "cpu" or original(device)
+
+    use_compact._ragteam_compact_cpu = True
+    trl_utils._use_triton = use_compact
+    return True
+
+
+def report_dropped(command: str, given: int, kept: int, max_length: int, what: str, data: str) -> None:
+    """Say on stderr how many rows TRL dropped for length (all dropped: ValueError)."""
+    if kept == 0:
+        raise ValueError(
+            f"{data}: every prompt fills --max-length {max_length} tokens; nothing left to train"
+        )
+    if kept < given:
+        print(
+            f"ragteam {command}: {given - kept} of {given} {what} dropped: their prompt alone fills "
+            f"--max-length {max_length}",
+            file=sys.stderr,
+        )
+
+
+# ---- logging ---------------------------------------------------------------------------------------------
+
+
+def jsonl_log_callback(out: str | Path):
+    """A TrainerCallback appending each logged step to `out/log.jsonl`: {"step", "epoch", "time", ...}."""
+    from transformers import TrainerCallback
+
+    path = Path(out) / "log.jsonl"
+
+    class JsonlLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs:
+                return
+            row = {"step": state.global_step, "epoch": state.epoch, "time": round(time.time(), 3)}
+            row.update({k: v for k, v in logs.items() if isinstance(v, int | float | str)})
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    return JsonlLog()
+
+
+def read_log(out: str | Path) -> list[dict]:
+    """The rows of `out/log.jsonl`."""
+    path = Path(out) / "log.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -1,0 +1,119 @@
+"""Train a critic (process reward model) on pairs: a one-output sequence classifier, Bradley-Terry loss.
+
+    ragteam train critic --data pairs.jsonl --out runs/critic [--init smollm2] [--lora]
+
+The critic is `AutoModelForSequenceClassification(num_labels=1)` initialised from the init LM (its body;
+the score head starts random from `--seed`), trained with TRL's RewardTrainer: loss = -log sigmoid(s(chosen)
+- s(rejected)), RAG-Gym's eq. 1. Inputs are tokenized here with `ragteam.llm.critic.critic_input_ids`, the
+very function `CriticModel.score` uses, so training and scoring read identical tokens.
+
+The result in `--out` is always a full model folder (`--critic.model DIR`, `CriticModel(DIR)`): with
+`--lora` the adapter is merged into the body before saving (the score head is trained in full either way).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from ragteam.config import Config
+from ragteam.train.common import (
+    TrainConfig,
+    jsonl_log_callback,
+    lora_config,
+    prepare_out_dir,
+    resolve_init,
+    resolved_lr,
+    setup_libraries,
+    trainer_arguments,
+    write_config,
+)
+from ragteam.train.data import PairRow, read_pair_rows
+
+LR = {"full": 1e-5, "lora": 1e-4}
+
+
+class CriticOptions(Config):
+    """Critic-only settings (`--critic.*`)."""
+
+    score_margin: bool = Field(
+        False,
+        description="require s(chosen) - s(rejected) to exceed the pair's scores.chosen - scores.rejected "
+        "(pairs without scores: margin 0)",
+    )
+    center_rewards: float | None = Field(
+        None,
+        ge=0.0,
+        description="weight of a penalty on (s(chosen) + s(rejected))^2 that keeps scores centred on 0",
+    )
+
+
+def critic_dataset(rows: list[PairRow], tokenizer, max_length: int, score_margin: bool):
+    """A datasets.Dataset of pre-tokenized pairs {chosen_ids, rejected_ids[, margin]} for RewardTrainer."""
+    from datasets import Dataset
+
+    from ragteam.llm.critic import critic_input_ids
+
+    records = []
+    for r in rows:
+        rec = {
+            "chosen_ids": critic_input_ids(tokenizer, r.messages, r.chosen, max_length),
+            "rejected_ids": critic_input_ids(tokenizer, r.messages, r.rejected, max_length),
+        }
+        if score_margin:
+            rec["margin"] = (r.scores["chosen"] - r.scores["rejected"]) if r.scores else 0.0
+        records.append(rec)
+    return Dataset.from_list(records)
+
+
+def train_critic(cfg: TrainConfig, opts: CriticOptions | None = None) -> Path:
+    """Train a critic from `cfg.init` on the pairs in `cfg.data`; return the output folder holding it."""
+    from transformers import AutoTokenizer
+    from trl import RewardConfig, RewardTrainer
+
+    opts = opts or CriticOptions()
+    setup_libraries()
+
+    # data: every pair validated before any model is loaded
+    rows = read_pair_rows(cfg.data, "train critic")
+
+    # output folder: fresh, or the checkpoint to resume from
+    resume_from = prepare_out_dir(cfg)
+    lr = resolved_lr(cfg, LR)
+    path = resolve_init(cfg.init)
+    write_config(cfg.out, "train critic", cfg, opts, lr, path)
+
+    # tokenizer and pre-tokenized pairs (the critic's one rendering)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dataset = critic_dataset(rows, tokenizer, cfg.max_length, opts.score_margin)
+
+    # trainer: RewardTrainer loads the init LM as a one-output classifier (seeded head)
+    args = RewardConfig(
+        **trainer_arguments(cfg, lr),
+        max_length=cfg.max_length,
+        center_rewards_coefficient=opts.center_rewards,
+        model_init_kwargs={"dtype": "float32"},
+    )
+    trainer = RewardTrainer(
+        model=str(path),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg, "SEQ_CLS") if cfg.lora else None,
+        callbacks=[jsonl_log_callback(cfg.out)],
+    )
+
+    # train
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+
+    # save: a full classifier folder (LoRA merged) and its tokenizer
+    model = trainer.model
+    if cfg.lora:
+        model = model.merge_and_unload()
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(cfg.out)
+    tokenizer.save_pretrained(cfg.out)
+    return Path(cfg.out)

@@ -1,0 +1,117 @@
+"""Direct preference optimisation of the policy on pairs (TRL's DPOTrainer); the reference is the init model.
+
+    ragteam train dpo --data pairs.jsonl --out runs/dpo [--init runs/sft] [--lora] [--dpo.beta 0.1]
+
+Each pair becomes TRL's conversational preference row `{prompt: messages, chosen: [assistant],
+rejected: [assistant]}`; TRL renders it with the model's chat template, so DPO sees the same prompt text as
+the policy at rollout time. The reference log-probs are computed once, with the init model, before the first
+step (`--dpo.precompute-ref`): no second copy of the model stays in memory, and a resumed run recomputes
+them from the same init model. With `--lora` the reference is the base model (the adapter switched off).
+
+The result in `--out` is a full model folder (`--policy.model DIR`) or a LoRA adapter (`--policy.lora DIR`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from ragteam.config import Config
+from ragteam.train.common import (
+    TrainConfig,
+    jsonl_log_callback,
+    lora_config,
+    prepare_out_dir,
+    report_dropped,
+    resolve_init,
+    resolved_lr,
+    setup_libraries,
+    trainer_arguments,
+    write_config,
+)
+from ragteam.train.data import PairRow, read_pair_rows
+
+LR = {"full": 1e-6, "lora": 1e-5}
+
+
+class DPOOptions(Config):
+    """DPO-only settings (`--dpo.*`)."""
+
+    beta: float = Field(0.1, gt=0, description="strength of the pull towards the reference model")
+    loss_type: Literal["sigmoid", "ipo", "hinge", "robust"] = Field(
+        "sigmoid", description="sigmoid: DPO; ipo: IPO; hinge: SLiC; robust: DPO robust to label noise"
+    )
+    label_smoothing: float = Field(
+        0.0, ge=0.0, lt=0.5, description="assumed share of flipped preferences (robust / conservative DPO)"
+    )
+    precompute_ref: bool = Field(
+        True, description="compute the reference log-probs once before training (no reference copy in memory)"
+    )
+
+
+def dpo_dataset(rows: list[PairRow]):
+    """A datasets.Dataset of conversational preference rows (what DPOTrainer tokenizes)."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": r.messages,
+                "chosen": [{"role": "assistant", "content": r.chosen}],
+                "rejected": [{"role": "assistant", "content": r.rejected}],
+            }
+            for r in rows
+        ]
+    )
+
+
+def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
+    """DPO-train `cfg.init` on the pairs in `cfg.data`; return the output folder holding the final model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    opts = opts or DPOOptions()
+    setup_libraries()
+
+    # data: every pair validated before any model is loaded
+    rows = read_pair_rows(cfg.data, "train dpo")
+
+    # output folder: fresh, or the checkpoint to resume from
+    resume_from = prepare_out_dir(cfg)
+    lr = resolved_lr(cfg, LR)
+    path = resolve_init(cfg.init)
+    write_config(cfg.out, "train dpo", cfg, opts, lr, path)
+
+    # policy = init model; reference = the same init model (precomputed log-probs, or the adapter off)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+    # trainer
+    args = DPOConfig(
+        **trainer_arguments(cfg, lr),
+        max_length=cfg.max_length,  # prompt + reply; TRL drops pairs whose prompt alone fills it
+        beta=opts.beta,
+        loss_type=[opts.loss_type],
+        label_smoothing=opts.label_smoothing,
+        precompute_ref_log_probs=opts.precompute_ref,
+    )
+    trainer = DPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=dpo_dataset(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg, "CAUSAL_LM") if cfg.lora else None,
+        callbacks=[jsonl_log_callback(cfg.out)],
+    )
+
+    report_dropped("train dpo", len(rows), len(trainer.train_dataset), cfg.max_length, "pairs", cfg.data)
+
+    # train
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+
+    # save: the model (or adapter) and its tokenizer
+    trainer.save_model(cfg.out)
+    return Path(cfg.out)

@@ -1,0 +1,275 @@
+"""RL / preference maths pinned to hand-computed numbers (the arithmetic is in the comments)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ragteam.train.losses import (
+    ADVANTAGES,
+    POLICY_LOSSES,
+    KLController,
+    dpo_loss,
+    entropy_from_logits,
+    gae,
+    get_advantage,
+    get_policy_loss,
+    kl_penalty,
+    masked_mean,
+    masked_whiten,
+    nll_loss,
+    pairwise_loss,
+    policy_loss,
+    register_advantage,
+    token_logprobs,
+    token_rewards,
+    value_loss,
+)
+
+
+def t(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def close(actual: torch.Tensor, expected, atol: float = 1e-6) -> None:
+    torch.testing.assert_close(actual.double(), t(expected), atol=atol, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ reductions
+
+
+def test_masked_mean_all_and_per_row():
+    x = t([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[True, True, False], [False, True, False]])
+    close(masked_mean(x, mask), 8.0 / 3.0)  # (1 + 2 + 5) / 3
+    close(masked_mean(x, mask, dim=1), [1.5, 5.0])  # (1 + 2) / 2, 5 / 1
+    close(masked_mean(x, torch.zeros(2, 3)), 0.0)  # nothing valid: 0, not NaN
+
+
+def test_masked_whiten():
+    x = t([[1.0, 3.0, 100.0]])
+    mask = t([[1, 1, 0]])
+    # valid values 1, 3: mean 2, population variance ((1-2)^2 + (3-2)^2) / 2 = 1 -> (x - 2) / 1; masked -> 0
+    close(masked_whiten(x, mask), [[-1.0, 1.0, 0.0]])
+    close(masked_whiten(x, mask, shift_mean=False), [[1.0, 3.0, 0.0]])  # (x - 2) / 1 + 2
+
+
+# ------------------------------------------------------------------------------------------ GAE
+
+# One row, 5 positions, position 2 is an observation token (masked): its reward 9 and value 7 are ignored.
+REWARDS = [[0.0, 0.0, 9.0, 0.0, 1.0]]
+VALUES = [[0.5, 0.6, 7.0, 0.7, 0.8]]
+MASK = [[1, 1, 0, 1, 1]]
+
+
+def test_gae_gamma1_lam095_skips_masked_token():
+    adv, ret = gae(t(REWARDS), t(VALUES), t(MASK), gamma=1.0, lam=0.95)
+    # t4: delta = 1 + 1*0     - 0.8 = 0.2 ; A = 0.2
+    # t3: delta = 0 + 1*0.8   - 0.7 = 0.1 ; A = 0.1 + 0.95*0.2    = 0.29
+    # t2: masked                          ; A = 0   (chain goes on from t3 to t1)
+    # t1: delta = 0 + 1*0.7   - 0.6 = 0.1 ; A = 0.1 + 0.95*0.29   = 0.3755   (next value is t3's 0.7, not 7)
+    # t0: delta = 0 + 1*0.6   - 0.5 = 0.1 ; A = 0.1 + 0.95*0.3755 = 0.456725
+    close(adv, [[0.456725, 0.3755, 0.0, 0.29, 0.2]])
+    close(ret, [[0.956725, 0.9755, 0.0, 0.99, 1.0]])  # A + V, 0 where masked
+
+
+def test_gae_gamma09_lam1_is_discounted_return_minus_value():
+    adv, ret = gae(t(REWARDS), t(VALUES), t(MASK), gamma=0.9, lam=1.0)
+    # t4: delta = 1 + 0          - 0.8 = 0.2  ; A = 0.2
+    # t3: delta = 0 + 0.9*0.8    - 0.7 = 0.02 ; A = 0.02 + 0.9*0.2  = 0.2
+    # t1: delta = 0 + 0.9*0.7    - 0.6 = 0.03 ; A = 0.03 + 0.9*0.2  = 0.21
+    # t0: delta = 0 + 0.9*0.6    - 0.5 = 0.04 ; A = 0.04 + 0.9*0.21 = 0.229
+    close(adv, [[0.229, 0.21, 0.0, 0.2, 0.2]])
+    # lam = 1: returns are the discounted reward-to-go over valid tokens: 0.9^3, 0.9^2, -, 0.9, 1
+    close(ret, [[0.729, 0.81, 0.0, 0.9, 1.0]])
+
+
+def test_gae_batch_rows_are_independent_and_hole_equals_compacted_row():
+    rewards = t([REWARDS[0], [0.0, 1.0, 5.0, 5.0, 5.0]])
+    values = t([VALUES[0], [0.5, 0.5, 3.0, 3.0, 3.0]])
+    mask = t([MASK[0], [1, 1, 0, 0, 0]])  # row 1: right padding
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=0.95)
+    # row 1: t1: delta = 1 - 0.5 = 0.5, A = 0.5 ; t0: delta = 0 + 0.5 - 0.5 = 0, A = 0.95*0.5 = 0.475
+    close(adv[1], [0.475, 0.5, 0.0, 0.0, 0.0])
+    close(ret[1], [0.975, 1.0, 0.0, 0.0, 0.0])
+    close(adv[0], [0.456725, 0.3755, 0.0, 0.29, 0.2])
+    # dropping the observation token altogether gives the same advantages on the valid tokens
+    keep = [0, 1, 3, 4]
+    adv_c, _ = gae(rewards[:1, keep], values[:1, keep], torch.ones(1, 4), gamma=1.0, lam=0.95)
+    close(adv_c[0], adv[0, keep].tolist())
+
+
+def test_gae_has_no_gradient_and_is_registered():
+    v = t(VALUES).requires_grad_()
+    adv, ret = gae(t(REWARDS), v, t(MASK))
+    assert not adv.requires_grad and not ret.requires_grad
+    assert get_advantage("gae") is gae and "gae" in ADVANTAGES
+
+
+# ------------------------------------------------------------------------------------------ rewards and KL
+
+
+def test_token_rewards_kl_everywhere_score_at_last_valid_token():
+    scores = t([2.0, 5.0, 7.0])
+    kl = t([[0.1, 0.2, 0.3, 0.4], [1.0, 1.0, 1.0, 1.0], [0.5, 0.5, 0.5, 0.5]])
+    mask = t([[1, 1, 1, 0], [1, 0, 1, 0], [0, 0, 0, 0]])
+    out = token_rewards(scores, kl, mask, beta=0.5)
+    # row 0: -0.5*[0.1, 0.2, 0.3] and +2 at t2 (its last valid token): [-0.05, -0.1, -0.15 + 2, 0]
+    # row 1: -0.5*1 at t0, t2; +5 at t2 (t1 is an observation token): [-0.5, 0, -0.5 + 5, 0]
+    # row 2: nothing valid: zeros, the score is dropped
+    close(out, [[-0.05, -0.1, 1.85, 0.0], [-0.5, 0.0, 4.5, 0.0], [0.0, 0.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        # r = logp - ref = [0.5, -1.0]
+        ("k1", [0.5, -1.0]),  # r
+        ("k2", [0.125, 0.5]),  # r^2 / 2
+        ("k3", [0.10653066, 0.71828183]),  # exp(-r) + r - 1: e^-0.5 - 0.5 = 0.1065307 ; e^1 - 2 = 0.7182818
+        ("abs", [0.5, 1.0]),  # |r|
+    ],
+)
+def test_kl_penalty_kinds(kind, expected):
+    close(kl_penalty(t([-1.0, -2.0]), t([-1.5, -1.0]), kind=kind), expected)
+
+
+def test_kl_penalty_unknown_kind_names_known():
+    with pytest.raises(ValueError, match=r"'k4'.*k1, k2, k3, abs"):
+        kl_penalty(t([0.0]), t([0.0]), kind="k4")
+
+
+# ------------------------------------------------------------------------------------------ PPO losses
+
+
+def test_policy_loss_clipped_and_unclipped_tokens():
+    logp = t([[-1.0, -2.1, -3.0, 5.0]]).requires_grad_()
+    old = t([[-1.5, -2.0, -2.5, 0.0]])
+    adv = t([[1.0, 2.0, -1.0, 100.0]])
+    mask = t([[1, 1, 1, 0]])  # t3 is masked: its huge ratio and advantage must not count
+    loss, stats = policy_loss(logp, old, adv, mask, clip=0.2)
+    # t0: rho = e^0.5  = 1.648721, A = 1 : max(-1.648721, -1.2)          = -1.2      (clipped)
+    # t1: rho = e^-0.1 = 0.904837, A = 2 : max(-1.809675, -1.809675)     = -1.809675 (inside [0.8, 1.2])
+    # t2: rho = e^-0.5 = 0.606531, A = -1: max(0.606531, 0.8)            = 0.8       (clipped)
+    # loss = (-1.2 - 1.809675 + 0.8) / 3 = -0.736558
+    close(loss, -0.7365583, atol=1e-6)
+    assert stats["clip_frac"] == pytest.approx(2 / 3)
+    # approx_kl = mean(e^x - 1 - x) for x = logp - old: (0.148721 + 0.004837 + 0.106531) / 3 = 0.086696
+    assert stats["approx_kl"] == pytest.approx(0.0866965, abs=1e-6)
+    loss.backward()
+    # gradient only through the unclipped token: d/dlogp (-A rho / 3) = -2 * 0.904837 / 3 = -0.603225
+    close(logp.grad, [[0.0, -0.6032247, 0.0, 0.0]])
+    assert get_policy_loss("ppo") is policy_loss and "ppo" in POLICY_LOSSES
+
+
+def test_value_loss_clipped_and_unclipped_tokens():
+    values = t([[0.9, 0.5, 9.0]]).requires_grad_()
+    old = t([[0.0, 0.4, 0.0]])
+    returns = t([[1.0, 1.0, 0.0]])
+    mask = t([[1, 1, 0]])
+    loss, stats = value_loss(values, old, returns, mask, clip=0.2)
+    # t0: (0.9 - 1)^2 = 0.01 ; V_clip = 0 + clip(0.9, +-0.2) = 0.2, (0.2 - 1)^2 = 0.64 -> 0.64 (clipped)
+    # t1: (0.5 - 1)^2 = 0.25 ; V_clip = 0.4 + 0.1 = 0.5 (inside), 0.25                 -> 0.25
+    # loss = 0.5 * (0.64 + 0.25) / 2 = 0.2225
+    close(loss, 0.2225)
+    assert stats["clip_frac"] == pytest.approx(0.5)
+    loss.backward()
+    # t0's clipped value is constant in V: no gradient; t1: 0.5 * 2 * (0.5 - 1) / 2 = -0.25
+    close(values.grad, [[0.0, -0.25, 0.0]])
+
+
+def test_entropy_logprobs_and_nll():
+    logits = t([[[0.0, 0.0], [0.0, math.log(3.0)]]])
+    # uniform over 2: ln 2
+    # p = (1/4, 3/4): -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.3465736 + 0.2157616 = 0.5623351
+    close(entropy_from_logits(logits), [[math.log(2.0), 0.5623351]])
+    close(entropy_from_logits(t([[[7.0, 7.0, 7.0, 7.0]]])), [[math.log(4.0)]])  # shift-invariant: ln 4
+    lp = token_logprobs(logits, torch.tensor([[0, 1]]))
+    close(lp, [[math.log(0.5), math.log(0.75)]])  # -0.693147, -0.287682
+    # nll over the valid token only: -ln 0.75 = 0.287682
+    close(nll_loss(lp, t([[0, 1]])), -math.log(0.75))
+
+
+# ------------------------------------------------------------------------------------------ preferences
+
+
+def test_dpo_loss_on_two_pairs():
+    pc, pr = t([-10.0, -5.0]).requires_grad_(), t([-12.0, -4.0])
+    rc, rr = t([-11.0, -5.0]), t([-11.0, -5.0])
+    loss, stats = dpo_loss(pc, pr, rc, rr, beta=0.1)
+    # pair 0: r_c = 0.1*(-10 + 11) = 0.1 ; r_r = 0.1*(-12 + 11) = -0.1 ; m = 0.2
+    #         -log sig(0.2) = ln(1 + e^-0.2) = 0.5981389
+    # pair 1: r_c = 0.1*(-5 + 5)   = 0   ; r_r = 0.1*(-4 + 5)   = 0.1  ; m = -0.1 ; ln(1 + e^0.1) = 0.7443967
+    # loss = (0.5981389 + 0.7443967) / 2 = 0.6712678
+    close(loss, 0.6712678)
+    assert stats["reward_accuracy"] == pytest.approx(0.5)
+    assert stats["margin"] == pytest.approx(0.05)  # (0.2 - 0.1) / 2
+    assert stats["chosen_reward"] == pytest.approx(0.05)  # (0.1 + 0) / 2
+    assert stats["rejected_reward"] == pytest.approx(0.0)  # (-0.1 + 0.1) / 2
+    loss.backward()
+    assert (pc.grad < 0).all()  # descending the loss raises the chosen log-prob
+    # conservative DPO, e = 0.1, pair 0 only: 0.9 * ln(1 + e^-0.2) + 0.1 * ln(1 + e^0.2)
+    #   = 0.9 * 0.5981389 + 0.1 * 0.7981389 = 0.5383250 + 0.0798139 = 0.6181389
+    smoothed, _ = dpo_loss(pc[:1], pr[:1], rc[:1], rr[:1], beta=0.1, label_smoothing=0.1)
+    close(smoothed, 0.6181389)
+
+
+def test_pairwise_loss():
+    # d = [2 - 1, 0 - 0] = [1, 0]: ln(1 + e^-1) = 0.3132617, ln 2 = 0.6931472 ; mean = 0.5032044
+    close(pairwise_loss(t([2.0, 0.0]), t([1.0, 0.0])), 0.5032044)
+
+
+# ------------------------------------------------------------------------------------------ KL controller
+
+
+def test_kl_controller_fixed():
+    kl = KLController(beta=0.1)
+    assert kl.update(observed_kl=50.0, n_steps=1000) == 0.1
+
+
+def test_kl_controller_linear_anneal():
+    kl = KLController(beta=0.2, anneal_to=0.06, anneal_steps=100)
+    assert kl.update(0.0, 25) == pytest.approx(0.165)  # 0.2 + (0.06 - 0.2) * 25/100 = 0.2 - 0.035
+    assert kl.update(0.0, 25) == pytest.approx(0.13)  # 0.2 - 0.14 * 0.5
+    assert kl.update(0.0, 50) == pytest.approx(0.06)  # done
+    assert kl.update(0.0, 10) == pytest.approx(0.06)  # stays
+
+
+def test_kl_controller_adaptive():
+    kl = KLController(beta=0.1, target=6.0, horizon=10_000)
+    # e = clip(9/6 - 1 = 0.5, +-0.2) = 0.2 ; beta = 0.1 * (1 + 0.2 * 1000/10000) = 0.1 * 1.02 = 0.102
+    assert kl.update(9.0, 1000) == pytest.approx(0.102)
+    # e = 5.4/6 - 1 = -0.1 ; beta = 0.102 * (1 - 0.1 * 0.1) = 0.102 * 0.99 = 0.10098
+    assert kl.update(5.4, 1000) == pytest.approx(0.10098)
+
+
+def test_kl_controller_clamps():
+    kl = KLController(beta=0.1, target=1.0, horizon=10, beta_min=0.09, beta_max=0.12)
+    assert kl.update(100.0, 10) == pytest.approx(0.12)  # 0.1 * (1 + 0.2) = 0.12 (= beta_max)
+    assert kl.update(100.0, 10) == pytest.approx(0.12)  # 0.144 -> clamped to 0.12
+    assert kl.update(0.0, 10) == pytest.approx(0.096)  # e = clip(-1) = -0.2: 0.12 * 0.8 = 0.096
+    assert kl.update(0.0, 10) == pytest.approx(0.09)  # 0.0768 -> clamped to 0.09
+    # annealing below beta_min stops at beta_min
+    anneal = KLController(beta=0.2, anneal_to=0.0, anneal_steps=10, beta_min=0.06)
+    assert anneal.update(0.0, 10) == pytest.approx(0.06)
+
+
+def test_kl_controller_rejects_bad_configs():
+    with pytest.raises(ValueError, match="not both"):
+        KLController(beta=0.1, target=1.0, anneal_to=0.05, anneal_steps=10)
+    with pytest.raises(ValueError, match="anneal_steps"):
+        KLController(beta=0.1, anneal_to=0.05)
+
+
+# ------------------------------------------------------------------------------------------ registries
+
+
+def test_registry_errors():
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'grpo'; known: gae"):
+        get_advantage("grpo")
+    with pytest.raises(ValueError, match=r"unknown policy loss 'nope'; known: .*ppo"):
+        get_policy_loss("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        register_advantage("gae")(gae)

@@ -1,0 +1,302 @@
+"""`ragteam train sft` on the tiny model: loss mask, training, saving, loading back, resuming, bad data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ragteam.cli.main import main
+from ragteam.llm.tiny import CHATML_TEMPLATE
+from ragteam.train.common import TrainConfig, read_log
+from ragteam.train.data import DataError, read_sft_rows
+from ragteam.train.sft import SFTOptions, build_sft_trainer, train_sft
+
+SYSTEM = "You are the router of a retrieval team."
+
+
+def sft_row(i: int, target: str = "[Retrieval] capital of France") -> dict:
+    return {
+        "role": "router",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Question {i}: which city is the capital?" + " more" * (i % 3)},
+        ],
+        "target": target,
+        "question_id": f"q{i}",
+        "provenance": {"trace": "t.jsonl", "node": i},
+    }
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"
+    )
+    return path
+
+
+@pytest.fixture
+def sft_file(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "sft.jsonl", [sft_row(i) for i in range(8)])
+
+
+def tiny_cfg(data: Path, out: Path, **kw) -> TrainConfig:
+    base = dict(
+        data=str(data), out=str(out), init="tiny", batch_size=2, max_length=256, device="cpu", progress=False
+    )
+    return TrainConfig(**(base | kw))
+
+
+# ---- the loss mask ---------------------------------------------------------------------------------------
+
+
+def test_mask_is_exactly_target_and_end_of_turn(tmp_path: Path) -> None:
+    """The trained tokens are the target and <|im_end|>: no prompt, no assistant header, no earlier reply."""
+    rows = [sft_row(0, target="Paris, the capital")]
+    history = sft_row(1, target="Answer: yes")
+    history["messages"] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "an earlier reply, not to be learned"},
+        {"role": "user", "content": "second question"},
+    ]
+    data = write_jsonl(tmp_path / "sft.jsonl", rows + [history])
+    cfg = tiny_cfg(data, tmp_path / "out", max_steps=1)
+    trainer, _ = build_sft_trainer(cfg, SFTOptions(), read_sft_rows(data), lr=1e-4)
+    tok = trainer.processing_class
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    for example, target in zip(trainer.train_dataset, ["Paris, the capital", "Answer: yes"]):
+        ids, labels = example["input_ids"], example["labels"]
+        trained = [i for i, (t, label) in enumerate(zip(ids, labels)) if label != -100]
+        assert trained == list(range(trained[0], trained[-1] + 1)), "one contiguous span"
+        masked_ids = [ids[i] for i in trained]
+        assert tok.decode(masked_ids) == target + "<|im_end|>"
+        assert masked_ids[-1] == end
+        assert tok.decode(ids[: trained[0]]).endswith("<|im_start|>assistant\n")
+
+
+def test_scoring_only_trained_tokens_gives_the_same_loss(sft_file: Path, tmp_path: Path) -> None:
+    """The CPU speed-up (LM head on labelled positions only) leaves the loss and gradients unchanged."""
+    import torch
+    import trl.trainer.utils as trl_utils
+    from trl.kernels.chunked_logprob import _use_triton as genuine
+
+    from ragteam.train.common import score_only_trained_tokens_on_cpu
+
+    cfg = tiny_cfg(sft_file, tmp_path / "out", max_steps=1)
+    trainer, _ = build_sft_trainer(cfg, SFTOptions(), read_sft_rows(sft_file), lr=1e-4)
+    batch = next(iter(trainer.get_train_dataloader()))
+    original = trl_utils._use_triton  # patched already when another test trained first
+    results = []
+    try:
+        for compact in (False, True):
+            trl_utils._use_triton = genuine
+            if compact:
+                assert score_only_trained_tokens_on_cpu()
+            trainer.model.zero_grad()
+            loss = trainer.compute_loss(trainer.model, dict(batch))
+            loss.backward()
+            grad = trainer.model.get_input_embeddings().weight.grad.clone()
+            results.append((loss.item(), grad))
+    finally:
+        trl_utils._use_triton = original
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-6)
+
+
+def test_tiny_template_is_kept() -> None:
+    from transformers import AutoTokenizer
+
+    from ragteam.llm.tiny import tiny_model_dir
+    from ragteam.train.templates import training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    assert training_chat_template(tok) == tok.chat_template  # it already marks generations
+
+
+def test_non_chatml_template_is_refused() -> None:
+    from transformers import AutoTokenizer
+
+    from ragteam.llm.tiny import tiny_model_dir
+    from ragteam.train.templates import training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok.chat_template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    with pytest.raises(ValueError, match="not ChatML"):
+        training_chat_template(tok)
+
+
+@pytest.mark.slow
+def test_smollm2_training_template_renders_like_stock_and_masks_the_reply() -> None:
+    """SmolLM2's stock template has no generation markers: ours renders the same text, marked."""
+    from transformers import AutoTokenizer
+
+    from ragteam.llm.smollm2 import smollm2_model_dir
+    from ragteam.train.templates import has_generation_markers, training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(smollm2_model_dir())
+    assert not has_generation_markers(tok.chat_template)
+    template = training_chat_template(tok)  # raises unless the probe renderings agree
+    for messages in (
+        [{"role": "user", "content": "Q?"}],  # no system: SmolLM2 inserts its default system turn
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Q?"}],
+    ):
+        conversation = messages + [{"role": "assistant", "content": "The answer is 42."}]
+        stock = tok.apply_chat_template(conversation, tokenize=False)
+        assert tok.apply_chat_template(conversation, chat_template=template, tokenize=False) == stock
+        out = tok.apply_chat_template(
+            conversation, chat_template=template, return_dict=True, return_assistant_tokens_mask=True
+        )
+        masked = [i for i, m in zip(out["input_ids"], out["assistant_masks"]) if m]
+        assert tok.decode(masked) == "The answer is 42.<|im_end|>"
+
+
+# ---- training, saving, loading back ----------------------------------------------------------------------
+
+
+def test_sft_loss_drops_and_the_model_loads_back(sft_file: Path, tmp_path: Path) -> None:
+    from ragteam.llm.base import ChatRequest, Sampling
+    from ragteam.llm.config import ModelConfig
+    from ragteam.llm.factory import build_chat_model
+
+    out = train_sft(tiny_cfg(sft_file, tmp_path / "sft", max_steps=8, lr=1e-2, save_steps=4))
+    losses = [r["loss"] for r in read_log(out) if "loss" in r]
+    assert len(losses) == 8
+    assert losses[-1] < 0.5 * losses[0]
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    assert (out / "checkpoint-8").is_dir()
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["command"] == "train sft" and resolved["config"]["lr"] == 0.01
+    assert resolved["config"]["sft"] == {"packing": False}
+
+    policy = build_chat_model(ModelConfig(model=str(out), device="cpu"))  # --policy.model DIR
+    [result] = policy.chat([ChatRequest(messages=sft_row(0)["messages"], sampling=Sampling(max_tokens=16))])
+    assert result[0].text == "[Retrieval] capital of France"  # learned, and learned to stop
+    assert result[0].finish_reason == "stop"
+    assert policy.tokenizer.chat_template == CHATML_TEMPLATE  # saved with the model's own template
+
+
+def test_sft_lora_loads_as_policy_lora(sft_file: Path, tmp_path: Path) -> None:
+    from ragteam.llm.base import ChatRequest, Sampling
+    from ragteam.llm.config import ModelConfig
+    from ragteam.llm.factory import build_chat_model
+
+    out = train_sft(tiny_cfg(sft_file, tmp_path / "lora", max_steps=2, lora=True, lora_r=4))
+    assert (out / "adapter_config.json").is_file() and not (out / "config.json").exists()
+    policy = build_chat_model(ModelConfig(model="tiny", lora=str(out), device="cpu"))  # --policy.lora DIR
+    [result] = policy.chat([ChatRequest(messages=sft_row(0)["messages"], sampling=Sampling(max_tokens=4))])
+    assert result[0].completion_tokens >= 1
+    with pytest.raises(ValueError, match="is a LoRA adapter, not a model"):
+        train_sft(tiny_cfg(sft_file, tmp_path / "next", max_steps=1, init=str(out)))
+
+
+def test_sft_packing_trains(sft_file: Path, tmp_path: Path) -> None:
+    out = train_sft(tiny_cfg(sft_file, tmp_path / "packed", max_steps=2), SFTOptions(packing=True))
+    logged = [r for r in read_log(out) if "loss" in r]
+    assert [r["step"] for r in logged] == [1, 2]
+    assert logged[0]["num_tokens"] > 256  # real tokens counted (not the width of one row)
+
+
+def test_packed_rows_keep_attention_within_each_row_segment(sft_file: Path, tmp_path: Path) -> None:
+    """On CPU packed sequences are rows of one batch; each packed SFT row sees only itself."""
+    import torch
+
+    from ragteam.train.sft import PackedRowsCollator
+
+    cfg = tiny_cfg(sft_file, tmp_path / "out", max_steps=1, max_length=128, batch_size=2)
+    trainer, _ = build_sft_trainer(cfg, SFTOptions(packing=True), read_sft_rows(sft_file), lr=1e-4)
+    assert isinstance(trainer.data_collator, PackedRowsCollator)
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 2
+    examples = [trainer.train_dataset[i] for i in range(2)]
+    assert batch["num_real_tokens"] == sum(len(e["input_ids"]) for e in examples)
+    model = trainer.model.eval()
+    with torch.no_grad():
+        packed = model(
+            input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False
+        ).logits
+        for row, example in enumerate(examples):
+            assert len(example["seq_lengths"]) >= 2  # several SFT rows share this packed sequence
+            start = 0
+            for length in example["seq_lengths"]:
+                alone = torch.tensor([example["input_ids"][start : start + length]])
+                logits = model(input_ids=alone, use_cache=False).logits[0]
+                assert torch.allclose(packed[row, start : start + length], logits, atol=1e-4)
+                start += length
+
+
+def test_resume_continues_from_the_saved_step(sft_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    train_sft(tiny_cfg(sft_file, out, max_steps=2, save_steps=1, save_total_limit=None))
+    assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()
+    with pytest.raises(ValueError, match="--resume"):
+        train_sft(tiny_cfg(sft_file, out, max_steps=4, save_steps=1))  # no silent overwrite
+    train_sft(tiny_cfg(sft_file, out, max_steps=4, save_steps=1, save_total_limit=None, resume=True))
+    assert [r["step"] for r in read_log(out) if "loss" in r] == [1, 2, 3, 4]  # continued, not restarted
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
+
+
+def test_resume_without_checkpoint_is_an_error(sft_file: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no checkpoint"):
+        train_sft(tiny_cfg(sft_file, tmp_path / "empty", max_steps=1, resume=True))
+
+
+# ---- bad data --------------------------------------------------------------------------------------------
+
+
+def test_pairs_file_given_to_sft_is_named(tmp_path: Path, capsys) -> None:
+    pairs = write_jsonl(
+        tmp_path / "pairs.jsonl",
+        [{"role": "actor", "messages": [{"role": "user", "content": "q"}], "chosen": "a", "rejected": "b"}],
+    )
+    code = main(["train", "sft", "--data", str(pairs), "--out", str(tmp_path / "o"), "--init", "tiny"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"{pairs}:1: field 'target': missing; this looks like a pairs file (has chosen/rejected)" in err
+    assert "train sft needs rows with messages+target" in err
+    assert not (tmp_path / "o").exists()  # failed before creating anything
+
+
+@pytest.mark.parametrize(
+    ("bad", "line", "message"),
+    [
+        ({"messages": [{"role": "tool", "content": "x"}]}, 3, "field 'messages[0].role': must be one of"),
+        ({"messages": []}, 3, "field 'messages': must be a non-empty list"),
+        ({"messages": [{"role": "user", "content": 5}]}, 3, "field 'messages[0].content': must be a string"),
+        (
+            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
+            3,
+            "field 'messages[1].role': the prompt must not end with an assistant turn",
+        ),
+        ({"target": ""}, 3, "field 'target': must not be empty"),
+        ({"target": None}, 3, "field 'target': must be a string"),
+        ({"role": 7}, 3, "field 'role': must be a string"),
+        ({"question_id": None}, 3, "field 'question_id': must be a string"),
+        ({"provenance": [1]}, 3, "field 'provenance': must be an object"),
+    ],
+)
+def test_malformed_sft_row_names_file_line_and_field(
+    tmp_path: Path, bad: dict, line: int, message: str
+) -> None:
+    rows = [sft_row(0), "", sft_row(1) | bad]  # a blank line 2 is skipped but counted
+    path = write_jsonl(tmp_path / "sft.jsonl", rows)
+    with pytest.raises(DataError) as info:
+        read_sft_rows(path)
+    assert str(info.value).startswith(f"{path}:{line}: {message}")
+
+
+def test_missing_field_and_bad_json(tmp_path: Path) -> None:
+    row = sft_row(0)
+    del row["question_id"]
+    path = write_jsonl(tmp_path / "a.jsonl", [row])
+    with pytest.raises(DataError, match=r"a\.jsonl:1: field 'question_id': missing"):
+        read_sft_rows(path)
+    path = write_jsonl(tmp_path / "b.jsonl", [sft_row(0), '{"role": "router",'])
+    with pytest.raises(DataError, match=r"b\.jsonl:2: not valid JSON"):
+        read_sft_rows(path)
+    with pytest.raises(DataError, match="no rows"):
+        read_sft_rows(write_jsonl(tmp_path / "c.jsonl", []))
