@@ -10,7 +10,7 @@ import pytest
 from conftest import hotpot_head
 
 from ragteam.cli.main import main
-from ragteam.eval.run import config_differences, select_questions
+from ragteam.eval.folder import config_differences, select_questions
 from ragteam.eval.setup import RunConfig, build_models
 from ragteam.llm.config import ModelConfig
 from ragteam.rollout.traces import load_trace

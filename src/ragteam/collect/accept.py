@@ -82,8 +82,6 @@ def judge_answers(judge_cfg: Any, episodes: Iterable[Episode]) -> tuple[Verdicts
 
     `judge_cfg` is eval's `JudgeConfig` (an OpenAI-compatible endpoint); the judge is asked at temperature 0,
     so rerunning a collection judges the same answers the same way."""
-    from ragteam.llm.config import ModelConfig
-    from ragteam.llm.factory import build_chat_model
     from ragteam.metrics.judge import LLMJudge
 
     if not judge_cfg.base_url:
@@ -93,15 +91,7 @@ def judge_answers(judge_cfg: Any, episodes: Iterable[Episode]) -> tuple[Verdicts
         for leaf in ep.leaves():
             if leaf.status == "ok":
                 todo.setdefault((ep.question.id, leaf.answer or ""), ep.question)
-    model = build_chat_model(
-        ModelConfig(
-            backend="openai",
-            base_url=judge_cfg.base_url,
-            model=judge_cfg.model,
-            api_key_env=judge_cfg.api_key_env,
-            timeout=judge_cfg.timeout,
-        )
-    )
+    model = judge_cfg.chat_model()
     judge = LLMJudge(model)
     keys = list(todo)
     scores = judge.judge([todo[k] for k in keys], [k[1] for k in keys]) if keys else []

@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from time import perf_counter
 from typing import Any
-
-import yaml
 
 from ragteam.collect.accept import AcceptRule, Verdicts, judge_answers
 from ragteam.collect.config import CollectConfig
@@ -30,44 +27,21 @@ from ragteam.collect.mmoa import MMOALabeling, mmoa_rows
 from ragteam.collect.process import process_pairs
 from ragteam.collect.rows import write_rows
 from ragteam.collect.sft import sft_rows, tree_counts
-from ragteam.config import save_resolved
-from ragteam.eval.run import config_differences, select_questions
-from ragteam.rollout.traces import TraceWriter, finished_ids, load_trace
+from ragteam.eval.folder import RESUME_IGNORED as RUN_IGNORED
+from ragteam.eval.folder import TRACE_FILE, open_run
+from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
 
-TRACE_FILE = "episodes.jsonl"
 SFT_FILE = "sft.jsonl"
 PAIRS_FILE = "pairs.jsonl"
 SUMMARY_FILE = "summary.json"
 
-RESUME_IGNORED = frozenset({"accept", "judge", "keep_invalid", "min_overlap"})
+RESUME_IGNORED = RUN_IGNORED | {"accept", "keep_invalid", "min_overlap"}
 """Settings that only change how rows are made from the trees, so a resumed run may change them (on top of
 eval's: limit, offset, out, progress, batch sizes...)."""
 
 
 # ---------------------------------------------------------------------------------------------- phases
-
-
-def check_resumable(cfg: CollectConfig, out: Path) -> None:
-    """Refuse to add episodes to a trace recorded under settings that change rollouts."""
-    saved = out / "config.yaml"
-    if not (out / TRACE_FILE).exists() or not saved.exists():
-        return
-    try:
-        old = (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}).get("config", {})
-    except yaml.YAMLError as e:
-        raise ValueError(f"{saved}: not valid YAML ({e}); use --overwrite or another --out") from None
-    new = cfg.model_dump(mode="json")
-    diff = [
-        k
-        for k in config_differences(old, new)
-        if not any(k == ign or k.startswith(ign + ".") for ign in RESUME_IGNORED)
-    ]
-    if diff:
-        raise ValueError(
-            f"{out} holds episodes collected with other settings (differs in {', '.join(diff[:6])}); to "
-            "resume, keep those settings; otherwise pass --overwrite or choose another --out"
-        )
 
 
 def build_engine(cfg: CollectConfig, data: str, fmt: str):
@@ -255,32 +229,12 @@ def _empty_note(summary: dict[str, Any]) -> str | None:
 
 def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the collection `cfg` describes; write every output into `cfg.out`; the summary."""
-    from ragteam.data.questions import read_questions
     from ragteam.metrics.answer import score_answer
 
     t0 = perf_counter()
     validate(cfg)
-    qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
-    if qset.skipped:
-        log(f"skipped {qset.skipped} malformed records of {cfg.data}")
-    selected = select_questions(qset.questions, cfg.offset, cfg.limit)
-    if not selected:
-        raise ValueError(
-            f"{cfg.data}: no questions at offset {cfg.offset} (the file has {len(qset.questions)})"
-        )
-
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    trace = out / TRACE_FILE
-    if cfg.overwrite and trace.exists():
-        trace.unlink()
-    check_resumable(cfg, out)
-    save_resolved(cfg, out, f"collect {cfg.what}")
-
-    done = finished_ids(load_trace(trace)) & {q.id for q in selected}
-    todo = [q for q in selected if q.id not in done]
-    if done:
-        log(f"resuming: {len(done)} of {len(selected)} questions already in {trace}, {len(todo)} to run")
+    run = open_run(cfg, f"collect {cfg.what}", RESUME_IGNORED, log)
+    qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
     calls: dict[str, int] = {}
     if todo:
         workflow, engine = build_engine(cfg, cfg.data, qset.format)

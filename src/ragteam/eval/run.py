@@ -9,43 +9,21 @@ report.md, plots. DIR/config.yaml holds the resolved config; resuming with a dif
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-import yaml
 from pydantic import Field
 
-from ragteam.config import Config, save_resolved
+from ragteam.config import Config
 from ragteam.eval import plots as plots_mod
+from ragteam.eval.folder import TRACE_FILE, open_run
 from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.scores import aggregate, question_rows
 from ragteam.eval.setup import RunConfig, build_run
 from ragteam.eval.stats import workflow_stats
-from ragteam.rollout.traces import TraceWriter, finished_ids, load_trace
+from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
-
-TRACE_FILE = "episodes.jsonl"
-
-RESUME_IGNORED = frozenset(
-    {
-        "limit",
-        "offset",
-        "out",
-        "overwrite",
-        "progress",
-        "skip_bad",
-        "judge",
-        "rollout.max_concurrent",
-        *(
-            f"{m}.{k}"
-            for m in ("policy", "llm")
-            for k in ("max_batch_size", "threads", "concurrency", "timeout", "retries")
-        ),
-    }
-)
-"""Settings that may change between an interrupted eval and its resumption (they do not change answers)."""
 
 
 class JudgeConfig(Config):
@@ -55,6 +33,23 @@ class JudgeConfig(Config):
     model: str = Field("default", description="the judge's served model name")
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the judge's API key")
     timeout: float = Field(120.0, gt=0, description="seconds per judge request")
+
+    def chat_model(self):
+        """The judge's OpenAI-compatible chat model (ValueError when no endpoint is configured)."""
+        from ragteam.llm.config import ModelConfig
+        from ragteam.llm.factory import build_chat_model
+
+        if not self.base_url:
+            raise ValueError("the LLM judge needs an endpoint: pass --judge.base-url URL")
+        return build_chat_model(
+            ModelConfig(
+                backend="openai",
+                base_url=self.base_url,
+                model=self.model,
+                api_key_env=self.api_key_env,
+                timeout=self.timeout,
+            )
+        )
 
 
 class EvalConfig(RunConfig):
@@ -76,57 +71,6 @@ class EvalConfig(RunConfig):
     progress: bool = Field(True, description="show a progress bar")
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted settings that differ between two resolved configs, ignoring those a resumption may change."""
-
-    def keep(key: str) -> bool:
-        return not any(key == ign or key.startswith(ign + ".") for ign in RESUME_IGNORED)
-
-    a, b = _flatten(old), _flatten(new)
-    return sorted(k for k in set(a) | set(b) if keep(k) and a.get(k) != b.get(k))
-
-
-def _check_resumable(cfg: EvalConfig, out: Path) -> None:
-    saved = out / "config.yaml"
-    if not (out / TRACE_FILE).exists() or not saved.exists():
-        return
-    try:
-        old = (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}).get("config", {})
-    except yaml.YAMLError as e:
-        raise ValueError(f"{saved}: not valid YAML ({e}); use --overwrite or another --out") from None
-    diff = config_differences(old, cfg.model_dump(mode="json"))
-    if diff:
-        shown = ", ".join(
-            f"{k} ({_flatten(old).get(k)!r} -> {_flatten(cfg.model_dump(mode='json')).get(k)!r})"
-            for k in diff[:6]
-        )
-        raise ValueError(
-            f"{out} holds episodes of another configuration (differs in {shown}); to resume, keep those settings; "
-            "otherwise pass --overwrite or choose another --out"
-        )
-
-
-def select_questions(questions: list[Question], offset: int, limit: int | None) -> list[Question]:
-    """questions[offset : offset + limit]; duplicate ids are an error (resuming matches on ids)."""
-    chosen = questions[offset : offset + limit if limit is not None else None]
-    seen: set[str] = set()
-    dupes = [q.id for q in chosen if q.id in seen or seen.add(q.id)]  # type: ignore[func-returns-value]
-    if dupes:
-        raise ValueError(f"question ids must be unique to evaluate: duplicated {sorted(set(dupes))[:5]}")
-    return chosen
-
-
 def failure_reasons(episodes: list[Episode], missing: int) -> dict[str, int]:
     """Failed episodes grouped by the first line of their error; questions without an episode as `missing`."""
     out: dict[str, int] = {}
@@ -143,19 +87,9 @@ def _judge(
     cfg: JudgeConfig, questions: list[Question], episodes: dict[str, Episode]
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Judge verdicts (1/0) of the answered questions by id, and the judge's settings and counts."""
-    from ragteam.llm.config import ModelConfig
-    from ragteam.llm.factory import build_chat_model
     from ragteam.metrics.judge import LLMJudge
 
-    model = build_chat_model(
-        ModelConfig(
-            backend="openai",
-            base_url=cfg.base_url,
-            model=cfg.model,
-            api_key_env=cfg.api_key_env,
-            timeout=cfg.timeout,
-        )
-    )
+    model = cfg.chat_model()
     todo = [q for q in questions if q.id in episodes and episodes[q.id].status != "failed"]
     judge = LLMJudge(model)
     verdicts = judge.judge(todo, [episodes[q.id].answer for q in todo])
@@ -165,31 +99,11 @@ def _judge(
 
 def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the eval described by `cfg`; write every output into `cfg.out`; return the summary."""
-    from ragteam.data.questions import read_questions
     from ragteam.metrics.answer import NORMALIZATION, score_answer
 
     t0 = perf_counter()
-    qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
-    if qset.skipped:
-        log(f"skipped {qset.skipped} malformed records of {cfg.data}")
-    selected = select_questions(qset.questions, cfg.offset, cfg.limit)
-    if not selected:
-        raise ValueError(
-            f"{cfg.data}: no questions at offset {cfg.offset} (the file has {len(qset.questions)})"
-        )
-
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    trace = out / TRACE_FILE
-    if cfg.overwrite and trace.exists():
-        trace.unlink()
-    _check_resumable(cfg, out)
-    save_resolved(cfg, out, "eval")
-
-    done = finished_ids(load_trace(trace)) & {q.id for q in selected}
-    todo = [q for q in selected if q.id not in done]
-    if done:
-        log(f"resuming: {len(done)} of {len(selected)} questions already in {trace}, {len(todo)} to run")
+    run = open_run(cfg, "eval", log=log)
+    qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
 
     retriever_name = None
     calls: dict[str, int] = {}

@@ -1,0 +1,142 @@
+"""A run's output folder, shared by `ragteam eval` and `ragteam collect`: the questions it covers, its resumable
+trace (`episodes.jsonl`), and the resolved config that a resumption must match.
+
+`open_run` reads and selects the questions (offset, limit), creates the folder, drops the trace on
+`--overwrite`, refuses to resume under settings that change rollouts, writes `config.yaml`, and returns
+which questions still have to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from ragteam.config import save_resolved
+from ragteam.data.questions import QuestionSet
+from ragteam.rollout.traces import finished_ids, load_trace
+from ragteam.types import Question
+
+TRACE_FILE = "episodes.jsonl"
+
+RESUME_IGNORED = frozenset(
+    {
+        "limit",
+        "offset",
+        "out",
+        "overwrite",
+        "progress",
+        "skip_bad",
+        "judge",
+        "rollout.max_concurrent",
+        *(
+            f"{m}.{k}"
+            for m in ("policy", "llm", "teacher")
+            for k in ("max_batch_size", "threads", "concurrency", "timeout", "retries")
+        ),
+    }
+)
+"""Settings that may change between an interrupted run and its resumption (they do not change answers)."""
+
+
+@dataclass
+class RunFolder:
+    """The selected questions, the question file's format, the trace path and the questions still to run."""
+
+    qset: QuestionSet
+    selected: list[Question]
+    out: Path
+    trace: Path
+    done: set[str]
+
+    @property
+    def todo(self) -> list[Question]:
+        return [q for q in self.selected if q.id not in self.done]
+
+
+def select_questions(questions: list[Question], offset: int, limit: int | None) -> list[Question]:
+    """questions[offset : offset + limit]; duplicate ids are an error (resuming matches on ids)."""
+    chosen = questions[offset : offset + limit if limit is not None else None]
+    seen: set[str] = set()
+    dupes = [q.id for q in chosen if q.id in seen or seen.add(q.id)]  # type: ignore[func-returns-value]
+    if dupes:
+        raise ValueError(f"question ids must be unique to evaluate: duplicated {sorted(set(dupes))[:5]}")
+    return chosen
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_differences(
+    old: dict[str, Any], new: dict[str, Any], ignored: Iterable[str] = RESUME_IGNORED
+) -> list[str]:
+    """Dotted settings that differ between two resolved configs, ignoring those a resumption may change."""
+    ignored = tuple(ignored)
+
+    def keep(key: str) -> bool:
+        return not any(key == ign or key.startswith(ign + ".") for ign in ignored)
+
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if keep(k) and a.get(k) != b.get(k))
+
+
+def check_resumable(cfg: BaseModel, out: Path, ignored: Iterable[str] = RESUME_IGNORED) -> None:
+    """Refuse to add episodes to a trace recorded under settings that change rollouts."""
+    saved = out / "config.yaml"
+    if not (out / TRACE_FILE).exists() or not saved.exists():
+        return
+    try:
+        old = (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}).get("config", {})
+    except yaml.YAMLError as e:
+        raise ValueError(f"{saved}: not valid YAML ({e}); use --overwrite or another --out") from None
+    new = cfg.model_dump(mode="json")
+    diff = config_differences(old, new, ignored)
+    if diff:
+        a, b = _flatten(old), _flatten(new)
+        shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:6])
+        raise ValueError(
+            f"{out} holds episodes of another configuration (differs in {shown}); to resume, keep those "
+            "settings; otherwise pass --overwrite or choose another --out"
+        )
+
+
+def open_run(
+    cfg: Any, command: str, ignored: Iterable[str] = RESUME_IGNORED, log: Callable[[str], Any] = print
+) -> RunFolder:
+    """Prepare `cfg.out` for a run over `cfg.data` (see the module docstring)."""
+    from ragteam.data.questions import read_questions
+
+    qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
+    if qset.skipped:
+        log(f"skipped {qset.skipped} malformed records of {cfg.data}")
+    selected = select_questions(qset.questions, cfg.offset, cfg.limit)
+    if not selected:
+        raise ValueError(
+            f"{cfg.data}: no questions at offset {cfg.offset} (the file has {len(qset.questions)})"
+        )
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / TRACE_FILE
+    if cfg.overwrite and trace.exists():
+        trace.unlink()
+    check_resumable(cfg, out, ignored)
+    save_resolved(cfg, out, command)
+    done = finished_ids(load_trace(trace)) & {q.id for q in selected}
+    folder = RunFolder(qset, selected, out, trace, done)
+    if done:
+        log(
+            f"resuming: {len(done)} of {len(selected)} questions already in {trace}, {len(folder.todo)} to run"
+        )
+    return folder
