@@ -240,6 +240,17 @@ def test_resume_continues_from_the_saved_step(sft_file: Path, tmp_path: Path) ->
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
 
 
+def test_rows_longer_than_max_length_are_dropped_and_named(tmp_path: Path, capsys) -> None:
+    long = sft_row(9)
+    long["messages"][1]["content"] = "a very long question " * 100
+    data = write_jsonl(tmp_path / "sft.jsonl", [sft_row(i) for i in range(3)] + [long])
+    out = train_sft(tiny_cfg(data, tmp_path / "out", max_steps=1, max_length=200))
+    assert "1 of 4 rows dropped: longer than --max-length 200 tokens" in capsys.readouterr().err
+    assert (out / "model.safetensors").is_file()
+    with pytest.raises(ValueError, match="every row is longer than --max-length 16"):
+        train_sft(tiny_cfg(data, tmp_path / "none", max_steps=1, max_length=16))
+
+
 def test_resume_without_checkpoint_is_an_error(sft_file: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no checkpoint"):
         train_sft(tiny_cfg(sft_file, tmp_path / "empty", max_steps=1, resume=True))

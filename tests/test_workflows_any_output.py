@@ -42,8 +42,9 @@ outputs = st.one_of(st.sampled_from(NEAR_MISSES), st.text(max_size=200))
 def test_every_workflow_answers_whatever_the_models_write(data, name, strategy, variant, mc):
     cfg = WorkflowConfig(topk=3, candidates=4, max_rounds=3, max_steps=4, strategy=strategy, variant=variant)
     q = question(choices={"A": "yes", "B": "no"} if mc else None)
+    workflow = build_workflow(name, cfg)
     t = drive(
-        build_workflow(name, cfg),
+        workflow,
         q,
         policy={
             role: (lambda act: data.draw(outputs))
@@ -53,6 +54,11 @@ def test_every_workflow_answers_whatever_the_models_write(data, name, strategy, 
         max_steps=60,
     )
     assert isinstance(t.answer, Answer) and isinstance(t.answer.text, str)
+    # the workflow declared every role it played and every part it called
+    assert {r.role for r, _ in t.acts()} <= {role.name for role in workflow.roles}
+    assert not t.acts() or "policy" in workflow.needs
+    assert not t.asks() or "llm" in workflow.needs
+    assert not t.searches() or "retriever" in workflow.needs
     acts = len(t.acts())
     if name == "c3po":
         assert acts <= 1 + 2 * cfg.max_rounds

@@ -276,18 +276,30 @@ def score_only_trained_tokens_on_cpu() -> bool:
     return True
 
 
-def report_dropped(command: str, given: int, kept: int, max_length: int, what: str, data: str) -> None:
-    """Say on stderr how many rows TRL dropped for length (all dropped: ValueError)."""
-    if kept == 0:
-        raise ValueError(
-            f"{data}: every prompt fills --max-length {max_length} tokens; nothing left to train"
-        )
-    if kept < given:
+def conversation_length(tokenizer, messages: list, reply: str) -> int:
+    """Tokens of `messages` + `reply` as the assistant's turn, rendered with the model's chat template."""
+    text = tokenizer.apply_chat_template(
+        [*messages, {"role": "assistant", "content": reply}], add_generation_prompt=False, tokenize=False
+    )
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def drop_long_rows(rows: list, lengths: list[int], cfg: TrainConfig, command: str, what: str) -> list:
+    """The rows whose whole conversation fits in --max-length; say on stderr how many did not (none: error).
+
+    Why drop rather than cut: TRL keeps the start of a long sequence, which would train a reply cut before
+    its end-of-turn token (or, when packing, pack a prompt with no reply at all: compute for nothing).
+    """
+    kept = [row for row, n in zip(rows, lengths) if n <= cfg.max_length]
+    if not kept:
+        raise ValueError(f"{cfg.data}: every {what[:-1]} is longer than --max-length {cfg.max_length} tokens")
+    if len(kept) < len(rows):
         print(
-            f"ragteam {command}: {given - kept} of {given} {what} dropped: their prompt alone fills "
-            f"--max-length {max_length}",
+            f"ragteam {command}: {len(rows) - len(kept)} of {len(rows)} {what} dropped: longer than "
+            f"--max-length {cfg.max_length} tokens (longest: {max(lengths)})",
             file=sys.stderr,
         )
+    return kept
 
 
 # ---- logging ---------------------------------------------------------------------------------------------

@@ -21,10 +21,11 @@ from pydantic import Field
 from ragteam.config import Config
 from ragteam.train.common import (
     TrainConfig,
+    conversation_length,
+    drop_long_rows,
     jsonl_log_callback,
     lora_config,
     prepare_out_dir,
-    report_dropped,
     resolve_init,
     resolved_lr,
     setup_libraries,
@@ -87,12 +88,20 @@ def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
 
     # policy = init model; reference = the same init model (precomputed log-probs, or the adapter off)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    lengths = [
+        max(
+            conversation_length(tokenizer, r.messages, r.chosen),
+            conversation_length(tokenizer, r.messages, r.rejected),
+        )
+        for r in rows
+    ]
+    rows = drop_long_rows(rows, lengths, cfg, "train dpo", "pairs")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
     # trainer
     args = DPOConfig(
         **trainer_arguments(cfg, lr),
-        max_length=cfg.max_length,  # prompt + reply; TRL drops pairs whose prompt alone fills it
+        max_length=cfg.max_length,  # every pair fits (drop_long_rows): nothing is cut
         beta=opts.beta,
         loss_type=[opts.loss_type],
         label_smoothing=opts.label_smoothing,
@@ -106,8 +115,6 @@ def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
         peft_config=lora_config(cfg, "CAUSAL_LM") if cfg.lora else None,
         callbacks=[jsonl_log_callback(cfg.out)],
     )
-
-    report_dropped("train dpo", len(rows), len(trainer.train_dataset), cfg.max_length, "pairs", cfg.data)
 
     # train
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

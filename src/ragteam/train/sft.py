@@ -23,10 +23,11 @@ from pydantic import Field
 from ragteam.config import Config
 from ragteam.train.common import (
     TrainConfig,
+    conversation_length,
+    drop_long_rows,
     jsonl_log_callback,
     lora_config,
     prepare_out_dir,
-    report_dropped,
     resolve_init,
     resolved_lr,
     setup_libraries,
@@ -70,6 +71,8 @@ def build_sft_trainer(cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr
     tokenizer = AutoTokenizer.from_pretrained(path)
     stock_template = tokenizer.chat_template
     tokenizer.chat_template = training_chat_template(tokenizer)  # same text, assistant tokens marked
+    lengths = [conversation_length(tokenizer, r.messages, r.target) for r in rows]
+    rows = drop_long_rows(rows, lengths, cfg, "train sft", "rows")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     args = SFTConfig(
         **trainer_arguments(cfg, lr),
@@ -79,7 +82,9 @@ def build_sft_trainer(cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr
         completion_only_loss=True,
     )
     on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    trainer = (SFTTrainer if not (opts.packing and not on_gpu) else _packed_rows_trainer_class())(
+    packed_rows = opts.packing and not on_gpu  # see PackedRowsCollator
+    trainer_class = _packed_rows_trainer_class() if packed_rows else SFTTrainer
+    trainer = trainer_class(
         model=model,
         args=args,
         train_dataset=sft_dataset(rows),
@@ -87,7 +92,7 @@ def build_sft_trainer(cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr
         peft_config=lora_config(cfg, "CAUSAL_LM") if cfg.lora else None,
         callbacks=[jsonl_log_callback(cfg.out)],
     )
-    if opts.packing and not on_gpu:
+    if packed_rows:
         trainer.data_collator = PackedRowsCollator(tokenizer.pad_token_id)
     return trainer, stock_template
 
@@ -159,8 +164,6 @@ def train_sft(cfg: TrainConfig, opts: SFTOptions | None = None) -> Path:
 
     # model, tokenizer, tokenized data, trainer
     trainer, stock_template = build_sft_trainer(cfg, opts, rows, lr)
-    if not opts.packing:
-        report_dropped("train sft", len(rows), len(trainer.train_dataset), cfg.max_length, "rows", cfg.data)
 
     # train
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

@@ -113,6 +113,7 @@ class MMOA(Workflow):
 
     name = "mmoa"
     roles = (REWRITER, SELECTOR, GENERATOR)
+    needs = frozenset({"policy", "retriever"})  # the Generator is a policy role: no LLM server is called
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
