@@ -15,8 +15,9 @@ from pydantic import Field, field_validator, model_validator
 
 from ragteam.collect.accept import AcceptRule
 from ragteam.eval.run import JudgeConfig
-from ragteam.eval.setup import CriticConfig, RunConfig
+from ragteam.eval.setup import RunConfig
 from ragteam.llm.config import ModelConfig
+from ragteam.llm.critic import CriticConfig
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import C3PO_TREE, RolloutConfig
 from ragteam.workflows.config import WorkflowConfig

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ragteam.config import Config
 from ragteam.llm.base import ChatModel
 from ragteam.llm.config import ModelConfig
+from ragteam.llm.critic import CriticConfig
 from ragteam.protocol import Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.retrieval.config import RetrieverConfig
@@ -27,13 +27,6 @@ from ragteam.workflows.config import WorkflowConfig
 
 DEMO_DATA = "hotpotqa-dev-50.jsonl"
 """The bundled demo questions (ragteam/demo/), whose pooled paragraphs are `ask`'s default corpus."""
-
-
-class CriticConfig(Config):
-    """A trained critic (process reward model) that scores candidate acts for keep-one-of-N."""
-
-    model: str | None = Field(None, description="critic folder written by `ragteam train critic`")
-    device: str = Field("auto", description="auto, cpu or cuda")
 
 
 class RunConfig(WorkflowConfig):
@@ -137,7 +130,7 @@ def build_run(cfg: RunConfig, data: str | None = None, fmt: str | None = None) -
     if cfg.critic.model is not None:
         from ragteam.llm.critic import CriticModel
 
-        critic = CriticModel(cfg.critic.model, device=cfg.critic.device)
+        critic = CriticModel.from_config(cfg.critic)
     scorer = build_scorer(cfg.rollout, policy, llm, retriever, critic)
     engine = Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)
     return RunParts(workflow=workflow, policy=policy, llm=llm, retriever=retriever, engine=engine)
