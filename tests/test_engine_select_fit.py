@@ -165,3 +165,24 @@ def test_an_overlong_prompt_is_cut_and_the_cut_recorded_never_a_failed_episode()
     (node,) = ep.policy_nodes()
     assert ep.status == "ok" and node.fit["docs_dropped"] == 2 and ep.answer == "4"
     assert node.sampling["max_tokens"] == 20 and _words(node.messages) <= 180
+
+
+def test_a_raising_parser_under_keep_one_of_n_fails_its_path_not_the_run():
+    from ragteam.protocol import Act
+
+    def boom(text: str) -> Action:
+        raise RuntimeError("parser bug")
+
+    class Raising(Workflow):
+        name = "raising"
+
+        def run(self, question: Question) -> Episodic:
+            yield Act("first", [{"role": "user", "content": question.question}], boom)
+            return Answer("never")
+
+    engine = Engine(
+        CountingModel(), None, None, RolloutConfig(best_of={"n": 2}), scorer=LengthScorer({0: 1, 1: 2})
+    )
+    report = engine.run(Raising(), questions("q", "r"))
+    assert [ep.status for ep in report.episodes] == ["failed", "failed"]
+    assert all("parser bug" in ep.error for ep in report.episodes)

@@ -31,7 +31,7 @@ import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from time import perf_counter
 from typing import Any
 
@@ -47,7 +47,7 @@ from ragteam.rollout.replay import ReplayMismatch, Thrown, describe, replay, sen
 from ragteam.rollout.select import Candidates, Scorer, argmax
 from ragteam.rollout.state import Path, Plan, Run, RunReport
 from ragteam.rollout.tree import Episode, Node
-from ragteam.types import Question
+from ragteam.types import Action, Question
 
 __all__ = ["Engine", "RewardFn", "RolloutConfig", "RunReport"]
 
@@ -163,10 +163,11 @@ class Engine:
     ) -> None:
         """Gather every pending request, call each backend once, then apply the results in gather order."""
         items = [(run, path) for run in live for path in run.paths]
-        batches: dict[str, list[Plan]] = {name: [] for name in _KINDS}
+        batches: dict[str, list[Plan]] = {kind.backend: [] for kind in _KINDS.values()}
         planned: Counter = Counter()  # nodes a run's forks will add this tick
         for run, path in items:
-            name = _kind_of(path.pending)
+            kind = _KINDS[type(path.pending)]
+            name = kind.backend
             backend = getattr(self, name)
             if backend is None:
                 what = {"policy": "the policy", "llm": "the LLM server", "retriever": "a retriever"}[name]
@@ -177,7 +178,7 @@ class Engine:
                     f"the workflow asked {what} ({describe(path.pending)}) but the engine has none",
                 )
                 continue
-            plan = _KINDS[name].plan(self, run, path, planned)
+            plan = kind.plan(self, run, path, planned)
             batches[name].append(plan)
 
         jobs = {name: self._job(name, plans) for name, plans in batches.items() if plans}
@@ -198,7 +199,7 @@ class Engine:
             if id(path) not in results or path not in run.paths:
                 continue
             plan, result, seconds = results[id(path)]
-            _KINDS[_kind_of(path.pending)].apply(self, plan, result, seconds, workflow, reward, selected)
+            _KINDS[type(path.pending)].apply(self, plan, result, seconds, workflow, reward, selected)
 
     # ------------------------------------------------------------------ batched calls
 
@@ -300,7 +301,7 @@ class Engine:
                 question=p.run.question,
                 act=p.request,
                 texts=[c.text for c in r],
-                acted=[Acted(c.text, p.request.parse(c.text), -1, p.request) for c in r],
+                acted=[Acted(c.text, _parse_or_invalid(p.request, c.text), -1, p.request) for c in r],
                 history=list(p.path.history),
                 workflow=workflow,
                 reward=reward,
@@ -593,26 +594,30 @@ class Engine:
             run.paths.remove(path)
 
 
+@dataclass(frozen=True)
 class _Kind:
-    """How one kind of request is served: its backend's attribute, its planner and its applier."""
+    """How one kind of request is served: the engine attribute holding its backend, its planner, its applier."""
 
-    def __init__(self, plan: Callable[..., Plan], apply: Callable[..., None]) -> None:
-        self.plan = plan
-        self.apply = apply
+    backend: str
+    plan: Callable[..., Plan]
+    apply: Callable[..., None]
 
 
-_KINDS: dict[str, _Kind] = {
-    "policy": _Kind(Engine._plan_act, Engine._apply_act),
-    "llm": _Kind(Engine._plan_llm, Engine._apply_llm),
-    "retriever": _Kind(Engine._plan_retrieve, Engine._apply_retrieve),
+_KINDS: dict[type, _Kind] = {
+    Act: _Kind("policy", Engine._plan_act, Engine._apply_act),
+    AskLLM: _Kind("llm", Engine._plan_llm, Engine._apply_llm),
+    Retrieve: _Kind("retriever", Engine._plan_retrieve, Engine._apply_retrieve),
 }
-"""The one table of request kinds, keyed by the engine attribute that serves them."""
-
-_BACKEND_OF = {Act: "policy", AskLLM: "llm", Retrieve: "retriever"}
+"""The one table of request kinds, by request type."""
 
 
-def _kind_of(request: Request | None) -> str:
-    return _BACKEND_OF[type(request)]
+def _parse_or_invalid(act: Act, text: str) -> Action:
+    """The act's parse of `text` for a scorer; a raising parser gives an invalid action here (the path fails
+    with the parser's traceback when the result is applied)."""
+    try:
+        return act.parse(text)
+    except Exception as e:
+        return Action("invalid", valid=False, error=f"parser raised {type(e).__name__}: {e}")
 
 
 def _sampling_record(request: ChatRequest) -> dict[str, Any]:

@@ -14,6 +14,7 @@ A scorer gets all candidate sets of one engine tick at once, so it can batch.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -179,9 +180,7 @@ class RolloutScorer:
 
 
 def _renamed(question: Question, qid: str) -> Question:
-    from dataclasses import replace
-
-    return replace(question, id=qid)
+    return dataclasses.replace(question, id=qid)
 
 
 def argmax(scores: list[float]) -> int:

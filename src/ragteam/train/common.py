@@ -19,6 +19,8 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -327,3 +329,32 @@ def read_log(out: str | Path) -> list[dict]:
     """The rows of `out/log.jsonl`."""
     path = Path(out) / "log.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class Start:
+    """What a trainer knows once its opening phases are done (`start_training`)."""
+
+    rows: list[Any]
+    resume_from: Path | None  # the checkpoint to resume from, None for a fresh run
+    lr: float
+    init: Path  # the resolved initial model folder
+
+
+def start_training(
+    cfg: TrainConfig,
+    opts: Config,
+    command: str,
+    read_rows: Callable[[str], list[Any]],
+    lr_defaults: dict[str, float],
+) -> Start:
+    """The phases every trainer opens with, in order: libraries set up; every row validated before any model
+    loads; the output folder prepared (fresh, or the checkpoint to resume from); the learning rate and the
+    initial model resolved; the resolved config written."""
+    setup_libraries()
+    rows = read_rows(cfg.data)
+    resume_from = prepare_out_dir(cfg)
+    lr = resolved_lr(cfg, lr_defaults)
+    init = resolve_init(cfg.init)
+    write_config(cfg.out, command, cfg, opts, lr, init)
+    return Start(rows, resume_from, lr, init)

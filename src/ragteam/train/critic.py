@@ -13,6 +13,7 @@ The result in `--out` is always a full model folder (`--critic.model DIR`, `Crit
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from pydantic import Field
@@ -22,12 +23,8 @@ from ragteam.train.common import (
     TrainConfig,
     jsonl_log_callback,
     lora_config,
-    prepare_out_dir,
-    resolve_init,
-    resolved_lr,
-    setup_libraries,
+    start_training,
     trainer_arguments,
-    write_config,
 )
 from ragteam.train.data import PairRow, read_pair_rows
 
@@ -73,16 +70,9 @@ def train_critic(cfg: TrainConfig, opts: CriticOptions | None = None) -> Path:
     from trl import RewardConfig, RewardTrainer
 
     opts = opts or CriticOptions()
-    setup_libraries()
-
-    # data: every pair validated before any model is loaded
-    rows = read_pair_rows(cfg.data, "train critic")
-
-    # output folder: fresh, or the checkpoint to resume from
-    resume_from = prepare_out_dir(cfg)
-    lr = resolved_lr(cfg, LR)
-    path = resolve_init(cfg.init)
-    write_config(cfg.out, "train critic", cfg, opts, lr, path)
+    # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
+    start = start_training(cfg, opts, "train critic", partial(read_pair_rows, command="train critic"), LR)
+    rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
     # tokenizer and pre-tokenized pairs (the critic's one rendering)
     tokenizer = AutoTokenizer.from_pretrained(path)

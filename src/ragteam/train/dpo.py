@@ -13,6 +13,7 @@ The result in `--out` is a full model folder (`--policy.model DIR`) or a LoRA ad
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -25,12 +26,8 @@ from ragteam.train.common import (
     drop_long_rows,
     jsonl_log_callback,
     lora_config,
-    prepare_out_dir,
-    resolve_init,
-    resolved_lr,
-    setup_libraries,
+    start_training,
     trainer_arguments,
-    write_config,
 )
 from ragteam.train.data import PairRow, read_pair_rows
 
@@ -75,16 +72,9 @@ def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
     from trl import DPOConfig, DPOTrainer
 
     opts = opts or DPOOptions()
-    setup_libraries()
-
-    # data: every pair validated before any model is loaded
-    rows = read_pair_rows(cfg.data, "train dpo")
-
-    # output folder: fresh, or the checkpoint to resume from
-    resume_from = prepare_out_dir(cfg)
-    lr = resolved_lr(cfg, LR)
-    path = resolve_init(cfg.init)
-    write_config(cfg.out, "train dpo", cfg, opts, lr, path)
+    # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
+    start = start_training(cfg, opts, "train dpo", partial(read_pair_rows, command="train dpo"), LR)
+    rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
     # policy = init model; reference = the same init model (precomputed log-probs, or the adapter off)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -27,12 +27,9 @@ from ragteam.train.common import (
     drop_long_rows,
     jsonl_log_callback,
     lora_config,
-    prepare_out_dir,
     resolve_init,
-    resolved_lr,
-    setup_libraries,
+    start_training,
     trainer_arguments,
-    write_config,
 )
 from ragteam.train.data import SFTRow, read_sft_rows
 
@@ -59,7 +56,9 @@ def sft_dataset(rows: list[SFTRow]):
     )
 
 
-def build_sft_trainer(cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr: float):
+def build_sft_trainer(
+    cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr: float, path: Path | None = None
+):
     """The SFTTrainer, model loaded and data tokenized and masked; returns (trainer, stock template)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -67,7 +66,7 @@ def build_sft_trainer(cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr
 
     from ragteam.train.templates import training_chat_template
 
-    path = resolve_init(cfg.init)
+    path = path if path is not None else resolve_init(cfg.init)
     tokenizer = AutoTokenizer.from_pretrained(path)
     stock_template = tokenizer.chat_template
     tokenizer.chat_template = training_chat_template(tokenizer)  # same text, assistant tokens marked
@@ -152,21 +151,14 @@ def _packed_rows_trainer_class():
 def train_sft(cfg: TrainConfig, opts: SFTOptions | None = None) -> Path:
     """Fine-tune `cfg.init` on the SFT rows in `cfg.data`; return the folder holding the final model."""
     opts = opts or SFTOptions()
-    setup_libraries()
-
-    # data: every row validated before any model is loaded
-    rows = read_sft_rows(cfg.data)
-
-    # output folder: fresh, or the checkpoint to resume from
-    resume_from = prepare_out_dir(cfg)
-    lr = resolved_lr(cfg, LR)
-    write_config(cfg.out, "train sft", cfg, opts, lr, resolve_init(cfg.init))
+    # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
+    start = start_training(cfg, opts, "train sft", read_sft_rows, LR)
 
     # model, tokenizer, tokenized data, trainer
-    trainer, stock_template = build_sft_trainer(cfg, opts, rows, lr)
+    trainer, stock_template = build_sft_trainer(cfg, opts, start.rows, start.lr, start.init)
 
     # train
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
 
     # save: the model (or adapter) and the tokenizer with the model's own template
     trainer.processing_class.chat_template = stock_template
