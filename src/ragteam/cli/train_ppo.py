@@ -1,0 +1,36 @@
+"""`ragteam train ppo`: multi-agent PPO of the policy over a workflow's roles, from a recipe.
+
+    ragteam train ppo --recipe mmoa --data hotpotqa.jsonl --limit 400 --init runs/sft --out runs/ppo \
+        [--iterations 20] [--questions-per-iteration 8] [--eval-data F --eval-offset 400 --eval-limit 100]
+    ragteam train ppo ... --resume          # continue after the newest checkpoint
+
+Recipes: c3po (tree rollouts, Monte Carlo credit), mmoa (shared F1 + penalties, Table 2 settings), gym
+(Re2Search actor), c3po-no-tree (the ablation). Any setting of the recipe can be overridden by a flag.
+The phases and the output folder are described in `ragteam.train.ppo`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ragteam.train.ppo_config import PPOConfig
+
+
+class Config(PPOConfig):
+    """Multi-agent PPO on episode trees (one policy, every role, a centralized critic)."""
+
+
+def run(cfg: Config) -> int:
+    from ragteam.train.ppo import train_ppo
+
+    try:
+        out = train_ppo(PPOConfig.model_validate(cfg.model_dump(exclude_unset=True)))
+    except KeyboardInterrupt:
+        print(
+            f"\nragteam train ppo: interrupted; continue with the same command and --resume "
+            f"(checkpoints in {cfg.out})",
+            file=sys.stderr,
+        )
+        return 130
+    print(f"ragteam train ppo: saved to {out}; use it with --policy.model {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,117 @@
+"""The policy, its centralized critic and the frozen reference, scoring packed samples token by token.
+
+One policy plays every role, so one critic serves them all (C-3PO's and MMOA-RAG's centralized value
+function): `V(s)` reads the same prompt the acting role read, whichever role it was. As in both papers the
+critic starts from the policy's own weights with the language-model head replaced by a scalar value head
+(a separate network; `shared=True` puts the head on the policy's trunk instead, half the memory and compute,
+at the price of value gradients reaching the policy's weights).
+
+Only completion positions are scored: the trunk runs over the packed rows, the hidden states that predict
+completion tokens are gathered into [B, T], and the vocabulary head (49k words for SmolLM2) runs on those
+alone. Prompts are often 10x longer than the acts, so this is most of the saving over scoring every position.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ragteam.train.experience import Packed
+from ragteam.train.losses import entropy_from_logits, token_logprobs
+
+__all__ = ["ActorCritic", "Scored", "completion_logprobs"]
+
+VALUE_HEAD = "value_head.pt"
+
+
+@dataclass
+class Scored:
+    """Per-token outputs on a batch's [B, T] layout (0 where the batch mask is False)."""
+
+    logp: Tensor  # log pi(token | prefix), at temperature 1
+    values: Tensor | None = None  # V(state before the token)
+    entropy: Tensor | None = None  # entropy of the next-token distribution
+
+
+def _gathered_hidden(trunk: nn.Module, batch: Packed) -> Tensor:
+    """Final hidden states at the positions that predict completion tokens: [B, T, H]."""
+    hidden = trunk(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
+    return hidden.last_hidden_state[batch.rows, batch.cols]
+
+
+def completion_logprobs(
+    model: nn.Module, batch: Packed, entropy: bool = False
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    """(logp [B, T], entropy [B, T] or None, hidden [B, T, H]) of a causal LM on the batch's completions."""
+    h = _gathered_hidden(model.get_decoder(), batch)
+    logits = model.get_output_embeddings()(h)
+    logp = token_logprobs(logits, batch.completion_ids) * batch.mask
+    ent = entropy_from_logits(logits) * batch.mask if entropy else None
+    return logp, ent, h
+
+
+class ActorCritic(nn.Module):
+    """The trained pair: `policy` (a causal LM) and the critic (`critic_trunk` + `value_head`, or the head on
+    the policy's trunk when `critic_trunk` is None)."""
+
+    def __init__(self, policy: nn.Module, critic_trunk: nn.Module | None, value_head: nn.Linear) -> None:
+        super().__init__()
+        self.policy = policy
+        self.critic_trunk = critic_trunk
+        self.value_head = value_head
+
+    @property
+    def shared(self) -> bool:
+        return self.critic_trunk is None
+
+    @classmethod
+    def from_policy(cls, policy: nn.Module, shared: bool = False) -> ActorCritic:
+        """Critic initialised from the policy: a copy of its trunk (or the trunk itself) and a zero value
+        head, so every state is worth 0 before the first update."""
+        trunk = None if shared else copy.deepcopy(policy.get_decoder())
+        hidden = policy.config.hidden_size
+        head = nn.Linear(hidden, 1)
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
+        head.to(device=next(policy.parameters()).device, dtype=next(policy.parameters()).dtype)
+        return cls(policy, trunk, head)
+
+    def forward(self, batch: Packed, entropy: bool = False) -> Scored:
+        logp, ent, h = completion_logprobs(self.policy, batch, entropy=entropy)
+        if self.critic_trunk is not None:
+            h = _gathered_hidden(self.critic_trunk, batch)
+        values = self.value_head(h).squeeze(-1).float() * batch.mask
+        return Scored(logp=logp, values=values, entropy=ent)
+
+    # ---- saving ----------------------------------------------------------------------------------------
+
+    def save(self, out: str | Path, tokenizer=None) -> None:
+        """`out/` the policy (a model folder: `--policy.model OUT`), `out/critic/` the critic."""
+        out = Path(out)
+        self.policy.save_pretrained(out)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+        critic = out / "critic"
+        critic.mkdir(parents=True, exist_ok=True)
+        if self.critic_trunk is not None:
+            self.critic_trunk.save_pretrained(critic)
+        torch.save(self.value_head.state_dict(), critic / VALUE_HEAD)
+
+    def load_critic(self, folder: str | Path) -> None:
+        """Load the critic saved by `save` (its trunk weights and value head) into this module."""
+        critic = Path(folder) / "critic"
+        if self.critic_trunk is not None:
+            from safetensors.torch import load_file
+
+            files = sorted(critic.glob("*.safetensors"))
+            if not files:
+                raise FileNotFoundError(f"{critic}: no critic weights (*.safetensors)")
+            state = {}
+            for f in files:
+                state.update(load_file(str(f)))
+            self.critic_trunk.load_state_dict(state)
+        self.value_head.load_state_dict(torch.load(critic / VALUE_HEAD, map_location="cpu"))

@@ -1,0 +1,193 @@
+"""From credited episode trees to training tensors: one `Sample` per policy node, packed into rows.
+
+A PPO sample is one act of one role: the prompt the policy saw (observations, retrieved documents and all)
+and the completion it produced. Only the completion is trained; the prompt is context. The node's credit
+(`ragteam.credit`) is its sequence-level reward, placed at its last completion token by `token_rewards`.
+
+Packing: samples are laid end to end in rows of at most `max_tokens` tokens, with position ids restarting
+at 0 for each sample (transformers then keeps attention within each sample; no padding is computed inside
+a row). Every per-token quantity the losses need is then gathered back into a [B, T] layout, B samples by
+T = the longest completion, with `mask` marking real completion tokens. The losses in `train/losses.py` work
+on that layout unchanged, so GAE runs per sample along its own completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ragteam.credit import CreditFn, RewardOf
+from ragteam.rollout.tree import Episode
+
+__all__ = ["Packed", "Sample", "pack_samples", "samples_from_episodes"]
+
+
+@dataclass
+class Sample:
+    """One trained act: a policy node with its prompt and completion ids, rollout log-probs and credit."""
+
+    episode: str
+    node: int
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    reward: float
+    rollout_logprobs: list[float] | None = None  # as recorded by the backend that sampled it
+    invalid: bool = False  # the parser could not read the act (a fallback was taken)
+    kind: str = ""  # the parsed action kind (C-3PO's strategy for the router)
+    cut: bool = False  # max tokens cut the completion
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def samples_from_episodes(
+    episodes: Iterable[Episode], credit: CreditFn, reward: RewardOf, max_tokens: int | None = None
+) -> tuple[list[Sample], dict[str, int]]:
+    """One `Sample` per credited policy node; returns (samples, skipped counts by reason).
+
+    Skipped, and counted: nodes the credit function gave no reward (no answer leaf below them), nodes whose
+    completion has no token ids (an HTTP backend that did not return them), empty completions, and samples
+    longer than `max_tokens` (they would not fit one packed row).
+    """
+    samples: list[Sample] = []
+    skipped: dict[str, int] = {}
+
+    def skip(reason: str) -> None:
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    for ep in episodes:
+        credited = credit(ep, reward)
+        for node in ep.policy_nodes():
+            if node.id not in credited:
+                skip("no_credit")
+                continue
+            c = node.completion
+            if c is None or c.prompt_ids is None or c.completion_ids is None:
+                skip("no_token_ids")
+                continue
+            if not c.completion_ids:
+                skip("empty_completion")
+                continue
+            s = Sample(
+                episode=ep.id,
+                node=node.id,
+                role=node.role,
+                prompt_ids=list(c.prompt_ids),
+                completion_ids=list(c.completion_ids),
+                reward=float(credited[node.id]),
+                rollout_logprobs=list(c.logprobs) if c.logprobs is not None else None,
+                invalid=node.action is not None and not node.action.valid,
+                kind=node.action.kind if node.action is not None else "",
+                cut=c.cut,
+            )
+            if max_tokens is not None and s.length > max_tokens:
+                skip("too_long")
+                continue
+            samples.append(s)
+    return samples, skipped
+
+
+@dataclass
+class Packed:
+    """A forward batch of samples packed into rows, with the gather indices back to a [B, T] layout.
+
+    input_ids, position_ids: [R, L] (R packed rows of L tokens; the tail of a row is padding, never read).
+    rows, cols: [B, T] long; the logits that predict completion token t of sample b sit at
+    (rows[b, t], cols[b, t]) (one position before the token). mask: [B, T] bool, True on real completion
+    tokens. completion_ids: [B, T] long (0 where masked).
+    """
+
+    samples: list[Sample]
+    input_ids: Tensor
+    position_ids: Tensor
+    rows: Tensor
+    cols: Tensor
+    mask: Tensor
+    completion_ids: Tensor
+
+    def to(self, device: torch.device | str) -> Packed:
+        return Packed(
+            self.samples,
+            *(t.to(device) for t in (self.input_ids, self.position_ids, self.rows, self.cols)),
+            self.mask.to(device),
+            self.completion_ids.to(device),
+        )
+
+    @property
+    def tokens(self) -> int:
+        """Real (non-padding) tokens in the rows: the forward's work."""
+        return sum(s.length for s in self.samples)
+
+    def per_sample(self, values: Sequence[float] | Tensor) -> Tensor:
+        """A [B] float tensor of one value per sample (e.g. rewards), on the batch's device."""
+        return torch.as_tensor(values, dtype=torch.float32, device=self.input_ids.device)
+
+
+def pack_samples(samples: Sequence[Sample], max_tokens: int, pad_id: int = 0) -> Packed:
+    """Pack `samples` (in the given order) into rows of at most `max_tokens` tokens, first fit.
+
+    Every sample must fit a row on its own (`samples_from_episodes(max_tokens=...)` drops the rest).
+    """
+    if not samples:
+        raise ValueError("pack_samples: no samples")
+    row_of: list[int] = []
+    start_of: list[int] = []
+    fill: list[int] = []
+    for s in samples:
+        if s.length > max_tokens:
+            raise ValueError(f"sample {s.episode}/{s.node} has {s.length} tokens, more than {max_tokens}")
+        r = next((i for i, used in enumerate(fill) if used + s.length <= max_tokens), len(fill))
+        if r == len(fill):
+            fill.append(0)
+        row_of.append(r)
+        start_of.append(fill[r])
+        fill[r] += s.length
+    width = max(fill)
+    n_rows = len(fill)
+    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((n_rows, width), dtype=torch.long)
+    for r in range(n_rows):  # the padding tail counts up from 0 as one more (unread) segment
+        pos[r, fill[r] :] = torch.arange(width - fill[r])
+    longest = max(len(s.completion_ids) for s in samples)
+    rows = torch.zeros((len(samples), longest), dtype=torch.long)
+    cols = torch.zeros((len(samples), longest), dtype=torch.long)
+    mask = torch.zeros((len(samples), longest), dtype=torch.bool)
+    comp = torch.zeros((len(samples), longest), dtype=torch.long)
+    for b, (s, r, start) in enumerate(zip(samples, row_of, start_of)):
+        seq = s.prompt_ids + s.completion_ids
+        ids[r, start : start + len(seq)] = torch.tensor(seq)
+        pos[r, start : start + len(seq)] = torch.arange(len(seq))
+        n, p = len(s.completion_ids), len(s.prompt_ids)
+        rows[b, :n] = r
+        cols[b, :n] = torch.arange(start + p - 1, start + p - 1 + n)
+        mask[b, :n] = True
+        comp[b, :n] = torch.tensor(s.completion_ids)
+    return Packed(list(samples), ids, pos, rows, cols, mask, comp)
+
+
+def minibatches(
+    samples: Sequence[Sample], max_tokens: int, generator: torch.Generator | None = None
+) -> list[list[int]]:
+    """Split sample indices into minibatches of at most `max_tokens` tokens each, in a shuffled order
+    (`generator`: seeded, so a resumed run draws the same split); None keeps the order."""
+    order = list(range(len(samples)))
+    if generator is not None:
+        order = torch.randperm(len(samples), generator=generator).tolist()
+    out: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i in order:
+        n = samples[i].length
+        if current and used + n > max_tokens:
+            out.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    if current:
+        out.append(current)
+    return out

@@ -1,0 +1,602 @@
+"""Multi-agent PPO on episode trees: one policy playing every role of a workflow, one centralized critic.
+
+    ragteam train ppo --recipe mmoa --data hotpotqa.jsonl --limit 400 --init runs/sft --out runs/ppo
+
+Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
+
+1. rollout     - the engine plays the workflow on this iteration's questions with the current weights
+                 (sampling at the recipe's temperature; C-3PO's recipe forks the tree), recording every act's
+                 prompt ids, completion ids and log-probs;
+2. credit      - a registered credit function (`ragteam.credit`: outcome, tree_mc, mmoa, process) turns
+                 each tree into one reward per policy node; each credited node becomes a `Sample`;
+3. advantages  - one pass without gradients gives old log-probs and values (current weights) and the
+                 reference log-probs (the frozen initial model); the node's reward sits at its last token,
+                 minus beta * KL at every token (`token_rewards`); GAE per act (`gae`); advantages
+                 whitened over the iteration;
+4. update      - `ppo.epochs` passes of shuffled token-budgeted minibatches: clipped policy loss + vf_coef *
+                 clipped value loss - ent_coef * entropy, over every role's completion tokens (prompts,
+                 and so observations, are never trained); one optimizer step per minibatch;
+5. evaluate    - greedy rollouts on held-out questions (`--eval-data`), every `--eval-every` iterations and
+                 after the last;
+6. checkpoint  - every `--save-every` iterations: policy, critic, optimizer, scheduler, KL coefficient, RNG
+                 states and the position in the data, written atomically. `--resume` continues after the
+                 newest checkpoint: a killed run loses and repeats no update, because every random draw of
+                 iteration i (question order, sampling seeds, minibatch order) derives from (seed, i).
+
+Output in `--out`: the final policy (a model folder: `--policy.model OUT`) and its critic (`OUT/critic/`),
+`log.jsonl` (one row per iteration, per-role statistics included), `runs/` (TensorBoard), `curves.png`,
+`checkpoint-N/` and `config.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ragteam.credit import get_credit
+from ragteam.eval.scores import bootstrap_ci, episode_scores
+from ragteam.rollout.tree import Episode
+from ragteam.train.actor_critic import ActorCritic, completion_logprobs
+from ragteam.train.experience import Sample, minibatches, pack_samples, samples_from_episodes
+from ragteam.train.losses import (
+    KLController,
+    gae,
+    kl_penalty,
+    masked_mean,
+    masked_whiten,
+    policy_loss,
+    token_rewards,
+    value_loss,
+)
+from ragteam.train.meters import PhaseTimer, RoleMeters
+from ragteam.train.ppo_config import PPOConfig, with_recipe
+
+__all__ = ["PPOConfig", "train_ppo"]
+
+PHASES = ("rollout", "credit", "advantages", "update", "evaluate", "checkpoint")
+
+
+# ============================================================================ the run's live parts
+
+
+@dataclass
+class Run:
+    """Everything `train_ppo` builds once and every phase reads."""
+
+    cfg: PPOConfig
+    out: Path
+    workflow: Any
+    engine: Any
+    tokenizer: Any
+    ac: ActorCritic
+    ref: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    kl: KLController
+    questions: list
+    eval_questions: list
+    device: torch.device
+    tb: Any = None
+    state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "generated_tokens": 0})
+
+
+@dataclass
+class Experience:
+    """An iteration's samples and their per-token tensors, all [N, T] (N samples, T longest completion)."""
+
+    samples: list[Sample]
+    mask: Tensor
+    old_logp: Tensor
+    ref_logp: Tensor
+    old_values: Tensor
+    kl: Tensor
+    advantages: Tensor
+    returns: Tensor
+
+
+def _lr_factor(cfg: PPOConfig):
+    warm, total, kind = cfg.ppo.warmup_iterations, cfg.iterations, cfg.ppo.lr_schedule
+
+    def factor(it: int) -> float:
+        if it < warm:
+            return (it + 1) / (warm + 1)
+        if kind == "constant":
+            return 1.0
+        frac = (it - warm) / max(1, total - warm)
+        return max(0.0, 1.0 - frac) if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    return factor
+
+
+def build(cfg: PPOConfig) -> Run:
+    """Questions, output folder, models (policy + critic, reference, rollout backends), engine, optimizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragteam.config import save_resolved
+    from ragteam.data.questions import read_questions
+    from ragteam.eval.folder import select_questions
+    from ragteam.eval.setup import build_retriever, build_workflow
+    from ragteam.llm.factory import build_chat_model
+    from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
+    from ragteam.rollout.engine import Engine
+    from ragteam.rollout.select import build_scorer
+    from ragteam.train.common import prepare_out_dir, resolve_init
+
+    get_credit(cfg.ppo.credit)  # an unknown name fails before anything loads
+    workflow = build_workflow(cfg)
+    qset = read_questions(cfg.data, cfg.format)
+    questions = select_questions(qset.questions, cfg.offset, cfg.limit)
+    eval_questions: list = []
+    if cfg.eval_data is not None:
+        eset = read_questions(cfg.eval_data)
+        eval_questions = select_questions(eset.questions, cfg.eval_offset, cfg.eval_limit)
+    if not questions:
+        raise ValueError(f"{cfg.data}: no training questions at offset {cfg.offset}")
+
+    resume_from = prepare_out_dir(cfg)  # type: ignore[arg-type]  (duck-typed: .out, .resume)
+    init = resolve_init(cfg.init)
+    save_resolved(cfg, cfg.out, "train ppo")
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    dtype = DTYPES[cfg.policy.dtype]
+
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    source = resume_from if resume_from is not None else init
+    policy = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+    ref = AutoModelForCausalLM.from_pretrained(init, dtype=dtype).to(device).eval().requires_grad_(False)
+    ac = ActorCritic.from_policy(policy, shared=cfg.ppo.shared_critic)
+    if resume_from is not None:
+        ac.load_critic(resume_from)
+    ac.eval()  # no dropout in rollouts or updates; PPO ratios compare like with like
+    if cfg.ppo.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+
+    if cfg.policy.backend == "local":
+        rollout_policy = LocalChatModel.from_model(
+            policy, tokenizer, name="policy", max_batch_size=cfg.policy.max_batch_size
+        )
+    else:
+        raise ValueError(
+            "policy.backend=openai: rollouts on a server need the weights pushed to it after every update "
+            "(`ragteam.train.sync`); not wired into train ppo yet, so rollouts would come from stale weights"
+        )
+    llm = build_chat_model(cfg.llm) if "llm" in workflow.needs else None
+    retriever = (
+        build_retriever(cfg, data=cfg.data, fmt=qset.format) if "retriever" in workflow.needs else None
+    )
+    scorer = build_scorer(cfg.rollout, rollout_policy, llm, retriever, None)
+    engine = Engine(rollout_policy, llm, retriever, cfg.rollout, scorer=scorer)
+
+    critic_params = [*ac.value_head.parameters()]
+    if ac.critic_trunk is not None:
+        critic_params += list(ac.critic_trunk.parameters())
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": list(policy.parameters()), "lr": cfg.ppo.lr},
+            {"params": critic_params, "lr": cfg.ppo.critic_lr},
+        ],
+        weight_decay=cfg.ppo.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
+    kl = KLController(
+        beta=cfg.ppo.kl_beta,
+        target=cfg.ppo.kl_target,
+        horizon=cfg.ppo.kl_horizon,
+        beta_min=cfg.ppo.kl_beta_min,
+        beta_max=cfg.ppo.kl_beta_max,
+        anneal_to=cfg.ppo.kl_anneal_to,
+        anneal_steps=cfg.iterations if cfg.ppo.kl_anneal_to is not None else 0,
+    )
+    run = Run(
+        cfg, Path(cfg.out), workflow, engine, tokenizer, ac, ref, optimizer, scheduler, kl,
+        questions, eval_questions, device,
+    )  # fmt: skip
+    if resume_from is not None:
+        load_checkpoint(run, resume_from)
+    run.tb = _tensorboard(run)
+    return run
+
+
+# ============================================================================ the phases
+
+
+def iteration_questions(questions: list, iteration: int, per_iteration: int, seed: int) -> list:
+    """Iteration i's questions: slice i of an endless stream of seeded shuffles of the training set (one
+    shuffle per pass), so the data position is a function of (seed, i) and a resumed run reads on."""
+    n = len(questions)
+    out = []
+    for k in range(iteration * per_iteration, (iteration + 1) * per_iteration):
+        epoch, pos = divmod(k, n)
+        order = np.random.default_rng([seed, epoch]).permutation(n)
+        out.append(questions[int(order[pos])])
+    return out
+
+
+def rollout(run: Run, iteration: int) -> list[Episode]:
+    """Phase 1: play the workflow on this iteration's questions with the current weights."""
+    from ragteam.metrics.answer import score_answer
+
+    cfg = run.cfg
+    batch = iteration_questions(run.questions, iteration, cfg.questions_per_iteration, cfg.seed)
+    run.engine.config = cfg.rollout.model_copy(update={"seed": cfg.seed * 1_000_003 + iteration})
+    report = run.engine.run(
+        run.workflow, batch, reward=lambda q, a: score_answer(a, q), progress=cfg.progress
+    )
+    return report.episodes
+
+
+def credit(run: Run, episodes: list[Episode]) -> tuple[list[Sample], dict[str, int]]:
+    """Phase 2: one reward per policy node (the recipe's credit function), one Sample per credited node."""
+    fn = get_credit(run.cfg.ppo.credit)
+    return samples_from_episodes(episodes, fn, run.cfg.ppo.reward, max_tokens=run.cfg.ppo.max_sample_tokens)
+
+
+def _chunks(samples: list[Sample], tokens: int) -> list[list[int]]:
+    return minibatches(samples, tokens, generator=None)
+
+
+@torch.no_grad()
+def advantages(run: Run, samples: list[Sample]) -> Experience:
+    """Phase 3: old log-probs and values (current weights), reference log-probs, token rewards, GAE."""
+    cfg, dev = run.cfg.ppo, run.device
+    n, longest = len(samples), max(len(s.completion_ids) for s in samples)
+    old_logp, ref_logp, values = (torch.zeros(n, longest, device=dev) for _ in range(3))
+    mask = torch.zeros(n, longest, dtype=torch.bool, device=dev)
+    for idx in _chunks(samples, cfg.micro_tokens):
+        batch = pack_samples([samples[i] for i in idx], cfg.micro_tokens).to(dev)
+        t = batch.mask.shape[1]
+        scored = run.ac(batch)
+        ref, _, _ = completion_logprobs(run.ref, batch)
+        rows = torch.tensor(idx, device=dev)
+        old_logp[rows, :t], ref_logp[rows, :t], values[rows, :t] = scored.logp, ref, scored.values
+        mask[rows, :t] = batch.mask
+    kl = kl_penalty(old_logp, ref_logp, cfg.kl_estimator) * mask
+    scores = torch.tensor([s.reward for s in samples], dtype=torch.float32, device=dev)
+    rewards = token_rewards(scores, kl, mask, run.kl.beta)
+    adv, returns = gae(rewards, values, mask, gamma=cfg.gamma, lam=cfg.lam)
+    if cfg.whiten_advantages and mask.sum() > 1:
+        adv = masked_whiten(adv, mask)
+    return Experience(samples, mask, old_logp, ref_logp, values, kl, adv, returns)
+
+
+def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
+    """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per role."""
+    cfg, dev = run.cfg.ppo, run.device
+    meters = RoleMeters()
+    gen = torch.Generator().manual_seed(run.cfg.seed * 1_000_003 + iteration)
+    params = [p for g in run.optimizer.param_groups for p in g["params"]]
+    if cfg.gradient_checkpointing:
+        run.ac.policy.train()
+    for _ in range(cfg.epochs):
+        for mb in minibatches(exp.samples, cfg.minibatch_tokens, generator=gen):
+            run.optimizer.zero_grad(set_to_none=True)
+            mb_tokens = exp.mask[mb].sum().clamp_min(1)
+            for idx in _split(exp.samples, mb, cfg.micro_tokens):
+                batch = pack_samples([exp.samples[i] for i in idx], cfg.micro_tokens).to(dev)
+                t, rows = batch.mask.shape[1], torch.tensor(idx, device=dev)
+                old, adv, ret, old_v = (
+                    x[rows, :t] for x in (exp.old_logp, exp.advantages, exp.returns, exp.old_values)
+                )
+                out = run.ac(batch, entropy=True)
+                pg, _ = policy_loss(out.logp, old, adv, batch.mask, clip=cfg.clip)
+                vf, _ = value_loss(out.values, old_v, ret, batch.mask, clip=cfg.value_clip)
+                ent = masked_mean(out.entropy, batch.mask)
+                loss = pg + cfg.vf_coef * vf - cfg.ent_coef * ent
+                (loss * batch.mask.sum() / mb_tokens).backward()  # token mean over the whole minibatch
+                _role_stats(meters, batch, out, old, adv, ret, old_v, cfg)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            run.optimizer.step()
+            meters.add(None, "grad_norm", float(norm))
+    run.ac.eval()
+    run.scheduler.step()
+    return meters
+
+
+def _split(samples: list[Sample], idx: list[int], tokens: int) -> list[list[int]]:
+    """A minibatch's sample indices in micro-batches of at most `tokens` tokens (order kept)."""
+    sub = minibatches([samples[i] for i in idx], tokens, generator=None)
+    return [[idx[j] for j in part] for part in sub]
+
+
+@torch.no_grad()
+def _role_stats(meters: RoleMeters, batch, out, old, adv, ret, old_v, cfg) -> None:
+    """Token-weighted PPO statistics of one micro-batch: overall and for each role in it."""
+    roles = sorted({s.role for s in batch.samples})
+    role_of = [s.role for s in batch.samples]
+    for role in [None, *roles]:
+        m = (
+            batch.mask
+            if role is None
+            else batch.mask
+            & torch.tensor([r == role for r in role_of], device=batch.mask.device).unsqueeze(1)
+        )
+        n = float(m.sum())
+        if n == 0:
+            continue
+        pg, pstats = policy_loss(out.logp, old, adv, m, clip=cfg.clip)
+        vf, vstats = value_loss(out.values, old_v, ret, m, clip=cfg.value_clip)
+        for name, value in (
+            ("policy_loss", pg.item()),
+            ("value_loss", vf.item()),
+            ("clip_frac", pstats["clip_frac"]),
+            ("approx_kl", pstats["approx_kl"]),
+            ("value_clip_frac", vstats["clip_frac"]),
+            ("entropy", masked_mean(out.entropy, m).item()),
+        ):
+            meters.add(role, name, value, n)
+
+
+def evaluate(run: Run) -> dict[str, Any]:
+    """Phase 5: greedy rollouts on the held-out questions; mean EM / F1 / cover-EM with 95% intervals."""
+    from ragteam.eval.stats import invalid_action_stats, strategy_stats
+    from ragteam.metrics.answer import score_answer
+
+    if not run.eval_questions:
+        return {}
+    greedy = run.cfg.rollout.model_copy(update={"temperature": 0.0, "forks": [], "seed": run.cfg.seed})
+    saved, run.engine.config = run.engine.config, greedy
+    t0 = time.perf_counter()
+    try:
+        report = run.engine.run(
+            run.workflow,
+            run.eval_questions,
+            reward=lambda q, a: score_answer(a, q),
+            progress=run.cfg.progress,
+        )
+    finally:
+        run.engine.config = saved
+    scores = [episode_scores(ep) or {} for ep in report.episodes]
+    out: dict[str, Any] = {"questions": len(scores), "seconds": round(time.perf_counter() - t0, 1)}
+    for metric in ("em", "f1", "cover_em"):
+        values = [100.0 * s.get(metric, 0.0) for s in scores]
+        lo, hi = bootstrap_ci(values)
+        out[metric] = {"mean": float(np.mean(values)), "ci95": [lo, hi]}
+    out["invalid"] = invalid_action_stats(report.episodes)
+    strategy = strategy_stats(report.episodes)
+    if strategy:
+        out["strategy"] = strategy
+    return out
+
+
+# ---- checkpoints -------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(run: Run, iteration: int, row: dict[str, Any] | None = None) -> Path:
+    """Phase 6: `checkpoint-<iteration>/`, written under a temporary name and renamed when complete. It
+    holds the iteration's log row too: a run killed between the checkpoint and its log line gets the line
+    back on resume."""
+    final = run.out / f"checkpoint-{iteration}"
+    tmp = run.out / f".checkpoint-{iteration}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    run.ac.save(tmp, run.tokenizer)
+    torch.save(
+        {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict()},
+        tmp / "optimizer.pt",
+    )
+    torch.save(
+        {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        },
+        tmp / "rng.pt",
+    )
+    state = dict(run.state, global_step=iteration, iteration=iteration, log_row=row)
+    state["kl"] = {"beta": run.kl.beta, "steps": run.kl.steps, "beta_start": run.kl.beta_start}
+    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    _prune_checkpoints(run)
+    return final
+
+
+def _prune_checkpoints(run: Run) -> None:
+    from ragteam.train.common import checkpoints
+
+    limit = run.cfg.save_total_limit
+    if limit is not None:
+        for old in checkpoints(run.out)[:-limit]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(run: Run, folder: Path) -> None:
+    """Restore what `save_checkpoint` wrote (the weights are loaded by `build`)."""
+    opt = torch.load(folder / "optimizer.pt", map_location=run.device, weights_only=False)
+    run.optimizer.load_state_dict(opt["optimizer"])
+    run.scheduler.load_state_dict(opt["scheduler"])
+    rng = torch.load(folder / "rng.pt", weights_only=False)
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    kl = state.pop("kl")
+    run.kl.beta, run.kl.steps, run.kl.beta_start = kl["beta"], kl["steps"], kl["beta_start"]
+    row = state.pop("log_row", None)
+    logged = [json.loads(x) for x in (run.out / "log.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    if row is not None and not any(r.get("step") == row["step"] for r in logged):
+        with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    run.state = {k: state[k] for k in ("iteration", "generated_tokens")}
+
+
+# ============================================================================ logging
+
+
+def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list[Sample]) -> dict[str, Any]:
+    """Training-batch statistics: answer rewards over leaves, and per role: credited reward, KL to the
+    reference, response length, invalid and cut rates, action kinds (C-3PO's router: its strategy ratio)."""
+    leaves = [lf for ep in episodes for lf in ep.leaves()]
+    row: dict[str, Any] = {"episodes": len(episodes), "leaves": len(leaves), "samples": len(samples)}
+    row["reward"] = {
+        m: float(np.mean([lf.rewards.get(m, 0.0) for lf in leaves])) if leaves else 0.0
+        for m in ("em", "f1", "cover_em")
+    }
+    roles: dict[str, dict[str, Any]] = {}
+    for i, s in enumerate(samples):
+        r = roles.setdefault(
+            s.role, {"n": 0, "reward": 0.0, "length": 0.0, "invalid": 0.0, "cut": 0.0, "kinds": {}}
+        )
+        r["n"] += 1
+        r["reward"] += s.reward
+        r["length"] += len(s.completion_ids)
+        r["invalid"] += s.invalid
+        r["cut"] += s.cut
+        r["kinds"][s.kind] = r["kinds"].get(s.kind, 0) + 1
+        if exp is not None:
+            m = exp.mask[i]
+            r["kl"] = r.get("kl", 0.0) + float(exp.kl[i][m].sum() / m.sum().clamp_min(1))
+    for r in roles.values():
+        n = r.pop("n")
+        for key in ("reward", "length", "invalid", "cut", "kl"):
+            if key in r:
+                r[key] /= n
+        r["n"] = n
+    row["roles"] = roles
+    return row
+
+
+def iteration_row(
+    run, it, episodes, exp, samples, skipped, meters, generated, kl_mean, ev, lrs
+) -> dict[str, Any]:
+    """The log row of one iteration: rollout statistics, PPO statistics (overall and per role), schedule."""
+    overall, per_role = meters.means()
+    row: dict[str, Any] = {"step": it + 1, "iteration": it + 1, "time": round(time.time(), 3)}
+    row |= rollout_stats(episodes, exp, samples)
+    for role, stats in per_role.items():
+        row["roles"].setdefault(role, {}).update(stats)
+    row |= {
+        "skipped": skipped,
+        "generated_tokens": generated,
+        "generated_tokens_total": run.state["generated_tokens"],
+        "kl_mean": kl_mean,
+        "kl_beta": run.kl.beta,
+        "lr": lrs[0],
+        "critic_lr": lrs[1],
+        "train": overall,
+    }
+    if ev:
+        row["eval"] = ev
+    return row
+
+
+def _tensorboard(run: Run):
+    from ragteam.train.common import tensorboard_available
+
+    if not run.cfg.tensorboard or not tensorboard_available():
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(run.out / "runs"))
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "/"))
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out[key] = float(v)
+    return out
+
+
+def log_iteration(run: Run, row: dict[str, Any]) -> None:
+    with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+    if run.tb is not None:
+        for key, value in _flat(row).items():
+            if key not in ("step", "iteration", "time"):
+                run.tb.add_scalar(key, value, row["step"])
+        run.tb.flush()
+    r, t = row["reward"], row.get("train", {})
+    ev = row.get("eval") or {}
+    print(
+        f"ppo it {row['iteration']}: reward f1 {r['f1']:.3f} cover_em {r['cover_em']:.3f} | "
+        f"kl {row.get('kl_mean', 0):.4f} beta {row['kl_beta']:.3f} | pg {t.get('policy_loss', 0):.4f} "
+        f"vf {t.get('value_loss', 0):.4f} clip {t.get('clip_frac', 0):.3f} | "
+        + (f"eval f1 {ev['f1']['mean']:.1f} | " if ev else "")
+        + " ".join(f"{k} {v:.0f}s" for k, v in row["seconds"].items()),
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# ============================================================================ the loop
+
+
+def train_ppo(cfg: PPOConfig) -> Path:
+    """Run (or resume) PPO as configured; returns the output folder holding the final policy and critic."""
+    from ragteam.train.curves import write_curves
+
+    cfg = with_recipe(cfg)
+    run = build(cfg)
+    start = run.state["iteration"]
+    for it in range(start, cfg.iterations):
+        timer = PhaseTimer()
+        lrs = [
+            g["lr"] for g in run.optimizer.param_groups
+        ]  # this iteration's (the update steps the schedule)
+
+        with timer("rollout"):
+            episodes = rollout(run, it)
+            generated = sum(
+                len(n.completion.completion_ids or [])
+                for ep in episodes for n in ep.policy_nodes() if n.completion is not None
+            )  # fmt: skip
+            run.state["generated_tokens"] += generated
+        spent = cfg.budget_tokens is not None and run.state["generated_tokens"] >= cfg.budget_tokens
+        last = it + 1 == cfg.iterations or spent
+
+        with timer("credit"):
+            samples, skipped = credit(run, episodes)
+
+        exp, meters = None, RoleMeters()
+        if samples:
+            with timer("advantages"):
+                exp = advantages(run, samples)
+
+            with timer("update"):
+                meters = update(run, exp, it)
+        else:
+            with warnings.catch_warnings():  # "scheduler stepped before optimizer": intended here
+                warnings.simplefilter("ignore", UserWarning)
+                run.scheduler.step()  # every act skipped: nothing to learn, the schedule still advances
+        kl_mean = float(masked_mean(exp.kl, exp.mask)) if exp is not None else 0.0
+        run.kl.update(kl_mean, 1)
+
+        with timer("evaluate"):
+            due = bool(cfg.eval_every) and (it + 1) % cfg.eval_every == 0
+            ev = evaluate(run) if due or last else {}
+
+        row = iteration_row(run, it, episodes, exp, samples, skipped, meters, generated, kl_mean, ev, lrs)
+        run.state["iteration"] = it + 1
+        with timer("checkpoint"):
+            if (it + 1) % cfg.save_every == 0 or last:
+                save_checkpoint(run, it + 1, row)
+        row["seconds"] = {k: round(v, 2) for k, v in timer.seconds.items()}
+        log_iteration(run, row)
+        if spent:
+            print(f"ppo: token budget {cfg.budget_tokens} spent after {it + 1} iterations", file=sys.stderr)
+            break
+
+    run.ac.save(run.out, run.tokenizer)
+    write_curves(run.out)
+    if run.tb is not None:
+        run.tb.close()
+    return run.out

@@ -1,0 +1,164 @@
+"""`ragteam train ppo`'s settings: the run (workflow, models, retriever, rollout), the schedule, PPO's knobs.
+
+Precedence: field defaults < the recipe (`--recipe c3po|mmoa|gym|c3po-no-tree` or a YAML file) <
+`--config FILE` < flags. Recipes live in `ragteam/train/recipes/` and say where each value comes from.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from ragteam.config import Config, ConfigError
+from ragteam.eval.setup import RunConfig
+
+
+class PPOOptions(Config):
+    """PPO's knobs (`--ppo.*`). Defaults follow MMOA-RAG's Table 2 where it gives a value."""
+
+    credit: str = Field(
+        "outcome", description="credit function (ragteam.credit): outcome, tree_mc, mmoa, process"
+    )
+    reward: Literal["f1", "em", "cover_em"] = Field(
+        "f1", description="the answer's reward, read from each answer leaf"
+    )
+    clip: float = Field(0.2, gt=0, description="policy ratio clip range epsilon")
+    value_clip: float = Field(0.2, gt=0, description="value clip range around the old value")
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount over an act's tokens")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
+    vf_coef: float = Field(0.1, ge=0, description="value loss coefficient (MMOA-RAG's alpha)")
+    ent_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
+    whiten_advantages: bool = Field(True, description="normalise advantages over each iteration's tokens")
+    epochs: int = Field(1, ge=1, description="passes over each iteration's samples")
+    minibatch_tokens: int = Field(8192, ge=64, description="tokens (prompt + completion) per optimizer step")
+    micro_tokens: int = Field(
+        2048, ge=64, description="tokens per forward/backward (gradient accumulation within a step)"
+    )
+    max_sample_tokens: int = Field(
+        2048, ge=32, description="longest prompt + completion trained on (longer acts are skipped, counted)"
+    )
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
+        "k1", description="per-token KL(pi || ref) estimate in the reward"
+    )
+    kl_beta: float = Field(0.05, ge=0, description="KL coefficient beta (initial value)")
+    kl_beta_min: float = Field(0.0, ge=0, description="lower bound of beta")
+    kl_beta_max: float = Field(1.0, ge=0, description="upper bound of beta")
+    kl_target: float | None = Field(
+        None, gt=0, description="adaptive beta: the KL per token to hold (Ziegler et al.)"
+    )
+    kl_horizon: int = Field(10, ge=1, description="adaptive beta: iterations to correct a 20%% KL error")
+    kl_anneal_to: float | None = Field(
+        None, ge=0, description="annealed beta: its value at the last iteration (linear)"
+    )
+    lr: float = Field(1e-6, gt=0, description="policy peak learning rate")
+    critic_lr: float = Field(1e-5, gt=0, description="critic (value) peak learning rate")
+    lr_schedule: Literal["cosine", "linear", "constant"] = Field(
+        "cosine", description="learning-rate decay over iterations"
+    )
+    warmup_iterations: int = Field(0, ge=0, description="linear warm-up iterations")
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient norm clip")
+    shared_critic: bool = Field(
+        False, description="value head on the policy's trunk (half the memory) instead of a separate critic"
+    )
+    gradient_checkpointing: bool = Field(False, description="recompute activations: less memory, slower")
+
+
+class PPOConfig(RunConfig):
+    """Multi-agent PPO of one policy over a workflow's roles (`ragteam train ppo`)."""
+
+    recipe: str | None = Field(
+        None, description="c3po, mmoa, gym, c3po-no-tree, or a YAML file of settings (flags override it)"
+    )
+    data: str = Field(description="training questions (any supported benchmark file)")
+    format: str | None = Field(None, description="data format (default: detected)")
+    offset: int = Field(0, ge=0, description="first training question")
+    limit: int | None = Field(None, ge=1, description="training questions used (default: all from offset)")
+    out: str = Field(description="output folder: final policy and critic, checkpoints, log.jsonl, curves")
+    init: str = Field(
+        "smollm2", description="the policy to start from (an SFT model folder), also the KL reference"
+    )
+    iterations: int = Field(10, ge=1, description="PPO iterations (rollout + update each)")
+    questions_per_iteration: int = Field(8, ge=1, description="questions rolled out per iteration")
+    budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="stop once the policy has generated this many tokens in all (equal-budget comparisons)",
+    )
+    eval_data: str | None = Field(None, description="held-out questions evaluated greedily (default: none)")
+    eval_offset: int = Field(0, ge=0)
+    eval_limit: int | None = Field(None, ge=1)
+    eval_every: int = Field(0, ge=0, description="evaluate every N iterations (0: only after the last)")
+    save_every: int = Field(1, ge=1, description="checkpoint every N iterations")
+    save_total_limit: int | None = Field(2, ge=1, description="checkpoints kept (none: all)")
+    resume: bool = Field(False, description="continue from the newest checkpoint in --out")
+    seed: int = Field(0, description="seed of question order, rollout sampling and minibatch order")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto")
+    tensorboard: bool = Field(True, description="write TensorBoard events to OUT/runs (when installed)")
+    progress: bool = Field(True, description="progress bars")
+    ppo: PPOOptions = Field(default_factory=PPOOptions)
+
+    @model_validator(mode="after")
+    def _policy_is_the_trained_model(self) -> PPOConfig:
+        if self.policy.backend == "local" and self.policy.model not in ("smollm2", self.init):
+            raise ValueError(
+                f"policy.model={self.policy.model!r}: the local policy is the model being trained; "
+                "set --init to start from another model"
+            )
+        return self
+
+
+RECIPES = ("c3po", "mmoa", "gym", "c3po-no-tree")
+
+
+def recipe_path(recipe: str) -> Path:
+    """A packaged recipe by name, or a YAML file path."""
+    if recipe in RECIPES:
+        return Path(str(resources.files("ragteam.train") / "recipes" / f"{recipe}.yaml"))
+    path = Path(recipe)
+    if not path.is_file():
+        raise ConfigError(f"--recipe {recipe!r}: not a packaged recipe ({', '.join(RECIPES)}) nor a file")
+    return path
+
+
+def recipe_values(recipe: str, _seen: tuple[str, ...] = ()) -> dict:
+    """The settings a recipe file holds (a mapping of field names, nested for groups). A recipe may name a
+    base (`recipe: c3po`): its values are the base's, overridden by its own."""
+    if recipe in _seen:
+        raise ConfigError(f"recipe {recipe!r} includes itself ({' -> '.join((*_seen, recipe))})")
+    path = recipe_path(recipe)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of settings")
+    base = data.pop("recipe", None)
+    return _merge(recipe_values(base, (*_seen, recipe)), data) if base else data
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def with_recipe(cfg: PPOConfig) -> PPOConfig:
+    """`cfg` with its recipe's values filled in under the ones set explicitly (config file, flags, code):
+    pydantic remembers which fields were set, so a flag always wins over the recipe."""
+    if cfg.recipe is None:
+        return cfg
+    merged = _merge(recipe_values(cfg.recipe), cfg.model_dump(mode="json", exclude_unset=True))
+    try:
+        return PPOConfig.model_validate(merged)
+    except ValueError as e:
+        raise ConfigError(f"recipe {cfg.recipe}: {e}") from None

@@ -1,0 +1,252 @@
+"""Multi-agent PPO (`ragteam train ppo`): packing, the scored log-probs, one update, recipes, kill and resume.
+
+Every test runs the real pieces: the tiny model playing MMOA-RAG's roles over BM25 on HotpotQA paragraphs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragteam.config import ConfigError
+from ragteam.credit import get_credit
+from ragteam.train.experience import Sample, minibatches, pack_samples, samples_from_episodes
+from ragteam.train.ppo_config import RECIPES, PPOConfig, with_recipe
+
+TOKENS = 8192  # the tiny model's byte-level BPE makes long prompts: room for two samples per row
+
+
+def tiny_cfg(data: Path, out: Path, **over) -> PPOConfig:
+    values = dict(
+        recipe="mmoa",
+        data=str(data),
+        out=str(out),
+        init="tiny",
+        limit=12,
+        iterations=2,
+        questions_per_iteration=3,
+        variant="s-g",
+        topk=2,
+        candidates=2,
+        retriever={"kind": "bm25"},
+        progress=False,
+        tensorboard=False,
+        ppo={"max_sample_tokens": TOKENS, "micro_tokens": TOKENS, "minibatch_tokens": 2 * TOKENS},
+    )
+    values.update(over)
+    return PPOConfig.model_validate(values)
+
+
+def fake_sample(prompt: int, completion: int, i: int = 0) -> Sample:
+    return Sample("e", i, "r", list(range(1, prompt + 1)), list(range(100, 100 + completion)), reward=1.0)
+
+
+# ---- packing -------------------------------------------------------------------------------------------
+
+
+def test_pack_points_every_completion_token_at_the_position_that_predicts_it() -> None:
+    samples = [fake_sample(5, 3, 0), fake_sample(4, 2, 1), fake_sample(7, 4, 2)]
+    batch = pack_samples(samples, max_tokens=16)
+    assert batch.input_ids.shape[0] == 2  # 8 + 6 fit one row, 11 starts another
+    assert batch.mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+    for b, s in enumerate(samples):
+        for t, token in enumerate(s.completion_ids):
+            r, c = batch.rows[b, t], batch.cols[b, t]
+            assert batch.input_ids[r, c + 1] == token  # the logit at c predicts the token at c + 1
+            assert batch.position_ids[r, c + 1] == len(s.prompt_ids) + t  # positions restart per sample
+    with pytest.raises(ValueError, match="more than 10"):
+        pack_samples([fake_sample(8, 3)], max_tokens=10)
+
+
+def test_minibatches_respect_the_token_budget_and_the_seed() -> None:
+    samples = [fake_sample(10, 5, i) for i in range(7)]
+    split = minibatches(samples, 45, generator=torch.Generator().manual_seed(3))
+    assert sorted(i for mb in split for i in mb) == list(range(7))
+    assert all(sum(samples[i].length for i in mb) <= 45 for mb in split)
+    again = minibatches(samples, 45, generator=torch.Generator().manual_seed(3))
+    assert split == again
+
+
+# ---- recipes -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_packaged_recipe_is_a_valid_config(name: str, tmp_path: Path) -> None:
+    cfg = with_recipe(PPOConfig(recipe=name, data="q.jsonl", out=str(tmp_path)))
+    assert cfg.rollout.temperature == 1.0
+    get_credit(cfg.ppo.credit)
+
+
+def test_flags_override_the_recipe_and_a_recipe_inherits_its_base(tmp_path: Path) -> None:
+    mmoa = with_recipe(
+        PPOConfig.model_validate({"recipe": "mmoa", "data": "q", "out": "o", "ppo": {"lr": 3e-6}})
+    )
+    assert mmoa.ppo.lr == 3e-6  # the flag
+    assert (mmoa.ppo.kl_beta, mmoa.ppo.kl_anneal_to, mmoa.ppo.vf_coef) == (0.2, 0.06, 0.1)  # Table 2
+    assert mmoa.ppo.credit == "mmoa" and mmoa.workflow == "mmoa"
+    tree = with_recipe(PPOConfig(recipe="c3po", data="q", out="o"))
+    flat = with_recipe(PPOConfig(recipe="c3po-no-tree", data="q", out="o"))
+    assert tree.rollout.forks and not flat.rollout.forks
+    assert (flat.ppo.lr, flat.ppo.critic_lr, flat.topk) == (tree.ppo.lr, tree.ppo.critic_lr, tree.topk)
+    assert (tree.ppo.credit, flat.ppo.credit) == ("tree_mc", "outcome")
+    with pytest.raises(ConfigError, match="not a packaged recipe"):
+        with_recipe(PPOConfig(recipe="nope", data="q", out="o"))
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"recipe: {loop}\n")
+    with pytest.raises(ConfigError, match="includes itself"):
+        with_recipe(PPOConfig(recipe=str(loop), data="q", out="o"))
+
+
+# ---- the model side ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(hotpot_small: Path, tmp_path_factory):
+    """A built run (tiny policy + critic + reference, MMOA-RAG over BM25) and one rollout's samples."""
+    from ragteam.train import ppo
+
+    cfg = with_recipe(tiny_cfg(hotpot_small, tmp_path_factory.mktemp("ppo") / "out"))
+    run = ppo.build(cfg)
+    episodes = ppo.rollout(run, 0)
+    samples, skipped = ppo.credit(run, episodes)
+    return run, episodes, samples, skipped
+
+
+def test_packed_scoring_equals_the_rollout_log_probs(tiny_run) -> None:
+    """Log-probs of packed samples (several per row) equal what the rollout recorded for each act."""
+    from ragteam.train.actor_critic import completion_logprobs
+
+    run, _, samples, skipped = tiny_run
+    assert len(samples) == 6 and not skipped  # 3 questions x (selector, generator)
+    batch = pack_samples(samples, TOKENS)
+    assert batch.input_ids.shape[0] < len(samples)  # really packed
+    with torch.no_grad():
+        logp, _, _ = completion_logprobs(run.ac.policy, batch)
+    for b, s in enumerate(samples):
+        n = len(s.completion_ids)
+        assert torch.allclose(logp[b, :n], torch.tensor(s.rollout_logprobs), atol=1e-4)
+        assert torch.all(logp[b, n:] == 0)
+
+
+def test_credit_follows_the_recipe(tiny_run) -> None:
+    """MMOA credit: every act gets the shared F1 plus its own penalty (a malformed selector act: -1)."""
+    _, episodes, samples, _ = tiny_run
+    by_node = {(s.episode, s.node): s for s in samples}
+    for ep in episodes:
+        f1 = ep.leaves()[0].rewards["f1"]
+        for node in ep.policy_nodes():
+            assert by_node[(ep.id, node.id)].reward == pytest.approx(f1 + node.action.penalty)
+    again, _ = samples_from_episodes(episodes, get_credit("outcome"), "f1")
+    assert [s.reward for s in again] == [ep.leaves()[0].rewards["f1"] for ep in episodes for _ in (0, 1)]
+
+
+def test_first_advantages_start_from_the_reference(tiny_run) -> None:
+    from ragteam.train import ppo
+
+    run, _, samples, _ = tiny_run
+    exp = ppo.advantages(run, samples)
+    assert torch.allclose(exp.old_logp, exp.ref_logp, atol=1e-5)  # same weights before any update
+    assert torch.count_nonzero(exp.old_values) == 0  # the value head starts at zero
+    assert abs(float(exp.advantages[exp.mask].mean())) < 1e-4  # whitened
+
+
+def test_an_update_lowers_the_ppo_loss_on_its_own_batch(tiny_run) -> None:
+    from ragteam.train import ppo
+    from ragteam.train.losses import policy_loss, value_loss
+
+    run, _, samples, _ = tiny_run
+    exp = ppo.advantages(run, samples)
+    cfg = run.cfg.ppo
+
+    def loss() -> float:
+        batch = pack_samples(samples, TOKENS)
+        t = batch.mask.shape[1]
+        with torch.no_grad():
+            out = run.ac(batch)
+            pg, _ = policy_loss(out.logp, exp.old_logp[:, :t], exp.advantages[:, :t], batch.mask, cfg.clip)
+            vf, _ = value_loss(
+                out.values, exp.old_values[:, :t], exp.returns[:, :t], batch.mask, cfg.value_clip
+            )
+        return float(pg + cfg.vf_coef * vf)
+
+    before = loss()
+    for group in run.optimizer.param_groups:
+        group["lr"] = 1e-3
+    meters = ppo.update(run, exp, 0)
+    after = loss()
+    assert after < before - 1e-3
+    overall, roles = meters.means()
+    assert set(roles) == {"selector", "generator"} and overall["grad_norm"] > 0
+
+
+# ---- the command: a whole run, killed and resumed ------------------------------------------------------
+
+
+def _argv(data: Path, out: Path, iterations: int) -> list[str]:
+    return [
+        sys.executable, "-m", "ragteam.cli.main", "train", "ppo", "--recipe", "mmoa", "--data", str(data),
+        "--out", str(out), "--init", "tiny", "--limit", "12", "--iterations", str(iterations),
+        "--questions-per-iteration", "2", "--variant", "s-g", "--topk", "2", "--candidates", "2",
+        "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard", "--save-total-limit", "5",
+        "--ppo.max-sample-tokens", str(TOKENS), "--ppo.micro-tokens", str(TOKENS),
+        "--ppo.minibatch-tokens", str(TOKENS), "--ppo.lr", "1e-3", "--ppo.critic-lr", "1e-3",
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def test_kill_9_then_resume_loses_and_repeats_no_update(hotpot_small: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run(_argv(hotpot_small, whole, 3), check=True, env=_env(), capture_output=True)
+
+    proc = subprocess.Popen(_argv(hotpot_small, killed, 3), env=_env(), stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (killed / "checkpoint-1").is_dir() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (killed / "checkpoint-1").is_dir() and not (killed / "checkpoint-3").exists()
+    resumed = subprocess.run(_argv(hotpot_small, killed, 3) + ["--resume"], env=_env(), capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+
+    rows = [json.loads(x) for x in (killed / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # none lost, none repeated
+    reference = [json.loads(x) for x in (whole / "log.jsonl").read_text().splitlines()]
+    assert [r["train"]["policy_loss"] for r in rows] == pytest.approx(
+        [r["train"]["policy_loss"] for r in reference], abs=1e-6
+    )
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(killed / "model.safetensors"))
+    assert a.keys() == b.keys()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert (killed / "critic" / "value_head.pt").is_file() and (killed / "curves.png").is_file()
+
+
+def test_the_trained_policy_loads_back_as_a_policy(hotpot_small: Path, tmp_path: Path) -> None:
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.train import ppo
+
+    out = ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "run", iterations=1, eval_data=str(hotpot_small),
+                                 eval_offset=12, eval_limit=2))  # fmt: skip
+    row = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
+    assert set(row["seconds"]) == {"rollout", "credit", "advantages", "update", "evaluate", "checkpoint"}
+    assert row["eval"]["questions"] == 2 and "selector" in row["eval"]["invalid"]["by_role"]
+    assert set(row["roles"]) == {"selector", "generator"}
+    assert {"reward", "kl", "clip_frac", "value_loss", "entropy", "length", "invalid"} <= set(
+        row["roles"]["selector"]
+    )
+    model = LocalChatModel(out)
+    assert model.chat  # a plain model folder
+    with pytest.raises(ValueError, match="--resume"):
+        ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "run", iterations=1))
