@@ -250,3 +250,30 @@ def test_the_trained_policy_loads_back_as_a_policy(hotpot_small: Path, tmp_path:
     assert model.chat  # a plain model folder
     with pytest.raises(ValueError, match="--resume"):
         ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "run", iterations=1))
+
+
+def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
+    """--ppo.reward judge: every answered leaf gets the judge's verdict over HTTP, and credit reads it."""
+    from test_judge import RuleJudge
+
+    from ragteam.llm.openai_http import OpenAIChatModel
+    from ragteam.llm.server import make_app
+    from ragteam.metrics.judge import LLMJudge
+    from ragteam.serving import BackgroundServer
+    from ragteam.train import ppo
+
+    run, episodes, _, _ = tiny_run
+    first = episodes[0].leaves()[0]
+    first.answer = f"it is {episodes[0].question.golden_answers[0]}"  # one answer the rule judge accepts
+    with BackgroundServer(make_app(RuleJudge(), "judge")) as srv:
+        run.judge = LLMJudge(OpenAIChatModel(srv.url, "judge", retries=0))
+        try:
+            ppo.judge_leaves(run, episodes)
+        finally:
+            run.judge = None
+    verdicts = [ep.leaves()[0].rewards["judge"] for ep in episodes]
+    assert verdicts[0] == 1.0 and set(verdicts) <= {0.0, 1.0}
+    samples, _ = samples_from_episodes(episodes, get_credit("outcome"), "judge")
+    assert [s.reward for s in samples if s.episode == episodes[0].id] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="judge.base-url"):
+        tiny_cfg(Path("q"), Path("o"), ppo={"reward": "judge"})

@@ -89,6 +89,7 @@ class Run:
     eval_questions: list
     device: torch.device
     tb: Any = None
+    judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
     state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "generated_tokens": 0})
 
 
@@ -238,8 +239,23 @@ def rollout(run: Run, iteration: int) -> list[Episode]:
     return report.episodes
 
 
+def judge_leaves(run: Run, episodes: list[Episode]) -> None:
+    """`--ppo.reward judge`: the LLM judge's verdict (1/0) on every answered leaf, as its `judge` reward, in
+    one batched call per iteration; failed and truncated leaves stay unjudged (worth 0 in credit)."""
+    from ragteam.metrics.judge import LLMJudge
+
+    if run.judge is None:
+        run.judge = LLMJudge(run.cfg.judge.chat_model())
+    leaves = [(ep, lf) for ep in episodes for lf in ep.leaves() if lf.status == "ok"]
+    verdicts = run.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
+    for (_, leaf), v in zip(leaves, verdicts):
+        leaf.rewards["judge"] = v
+
+
 def credit(run: Run, episodes: list[Episode]) -> tuple[list[Sample], dict[str, int]]:
     """Phase 2: one reward per policy node (the recipe's credit function), one Sample per credited node."""
+    if run.cfg.ppo.reward == "judge":
+        judge_leaves(run, episodes)
     fn = get_credit(run.cfg.ppo.credit)
     return samples_from_episodes(episodes, fn, run.cfg.ppo.reward, max_tokens=run.cfg.ppo.max_sample_tokens)
 
@@ -443,9 +459,9 @@ def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list
     reference, response length, invalid and cut rates, action kinds (C-3PO's router: its strategy ratio)."""
     leaves = [lf for ep in episodes for lf in ep.leaves()]
     row: dict[str, Any] = {"episodes": len(episodes), "leaves": len(leaves), "samples": len(samples)}
+    metrics = ("em", "f1", "cover_em") + (("judge",) if any("judge" in lf.rewards for lf in leaves) else ())
     row["reward"] = {
-        m: float(np.mean([lf.rewards.get(m, 0.0) for lf in leaves])) if leaves else 0.0
-        for m in ("em", "f1", "cover_em")
+        m: float(np.mean([lf.rewards.get(m, 0.0) for lf in leaves])) if leaves else 0.0 for m in metrics
     }
     roles: dict[str, dict[str, Any]] = {}
     for i, s in enumerate(samples):

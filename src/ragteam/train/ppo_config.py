@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from ragteam.config import Config, ConfigError
+from ragteam.eval.run import JudgeConfig
 from ragteam.eval.setup import RunConfig
 
 
@@ -23,8 +24,10 @@ class PPOOptions(Config):
     credit: str = Field(
         "outcome", description="credit function (ragteam.credit): outcome, tree_mc, mmoa, process"
     )
-    reward: Literal["f1", "em", "cover_em"] = Field(
-        "f1", description="the answer's reward, read from each answer leaf"
+    reward: Literal["f1", "em", "cover_em", "judge"] = Field(
+        "f1",
+        description="the answer's reward: f1, em, cover_em against the gold answers, or judge (1/0 from the "
+        "LLM judge at --judge.base-url, every answer leaf of an iteration judged in one batch)",
     )
     clip: float = Field(0.2, gt=0, description="policy ratio clip range epsilon")
     value_clip: float = Field(0.2, gt=0, description="value clip range around the old value")
@@ -102,6 +105,7 @@ class PPOConfig(RunConfig):
     tensorboard: bool = Field(True, description="write TensorBoard events to OUT/runs (when installed)")
     progress: bool = Field(True, description="progress bars")
     ppo: PPOOptions = Field(default_factory=PPOOptions)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="the judge of --ppo.reward judge")
 
     @model_validator(mode="after")
     def _policy_is_the_trained_model(self) -> PPOConfig:
@@ -110,6 +114,8 @@ class PPOConfig(RunConfig):
                 f"policy.model={self.policy.model!r}: the local policy is the model being trained; "
                 "set --init to start from another model"
             )
+        if self.ppo.reward == "judge" and not self.judge.base_url:
+            raise ValueError("ppo.reward=judge needs the judge's endpoint: --judge.base-url URL")
         return self
 
 
