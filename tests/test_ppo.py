@@ -277,3 +277,52 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
     assert [s.reward for s in samples if s.episode == episodes[0].id] == [1.0, 1.0]
     with pytest.raises(ValueError, match="judge.base-url"):
         tiny_cfg(Path("q"), Path("o"), ppo={"reward": "judge"})
+
+
+def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: Path) -> None:
+    """--policy.backend openai: rollouts come from `serve llm`, which loads the weights after each update."""
+    from safetensors.torch import load_file
+
+    from ragteam.llm.config import ModelConfig
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.llm.server import make_app
+    from ragteam.serving import BackgroundServer
+    from ragteam.train import ppo
+
+    served = LocalChatModel("tiny")
+    with BackgroundServer(make_app(served, "tiny", allow_weight_updates=True)) as srv:
+        cfg = tiny_cfg(hotpot_small, tmp_path / "run", iterations=2)
+        cfg = cfg.model_copy(
+            update={"policy": ModelConfig(backend="openai", base_url=srv.url, model="tiny")}
+        )
+        cfg.ppo.lr = cfg.ppo.critic_lr = 1e-3  # set explicitly: the recipe keeps its other values
+        out = ppo.train_ppo(cfg)
+        rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+        # the server rolled out with the weights the trainer had: its log-probs match the trainer's
+        assert all(r["logprob_drift"] is not None and r["logprob_drift"] < 1e-3 for r in rows)
+        pushed = load_file(str(out / "sync" / "model.safetensors"))
+        served_state = served.model.state_dict()
+        checkpoint = load_file(str(out / "checkpoint-1" / "model.safetensors"))
+        assert all(torch.equal(pushed[k], served_state[k]) for k in pushed)  # the server holds the push
+        assert all(
+            torch.equal(pushed[k], checkpoint[k]) for k in pushed
+        )  # = after update 1 (pushed for it 2)
+        assert any(not torch.equal(pushed[k], load_file(str(out / "model.safetensors"))[k]) for k in pushed)
+
+
+def test_load_weights_refuses_a_folder_that_does_not_fit(tmp_path: Path) -> None:
+    import httpx
+    from safetensors.torch import save_file
+
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.llm.server import make_app
+    from ragteam.serving import BackgroundServer
+
+    save_file({"not.a.weight": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    with BackgroundServer(make_app(LocalChatModel("tiny"), "tiny", allow_weight_updates=True)) as srv:
+        r = httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": str(tmp_path)})
+        assert r.status_code == 400 and "not.a.weight" in r.text
+        r = httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": str(tmp_path / "none")})
+        assert r.status_code == 400 and "no *.safetensors" in r.text
+    with BackgroundServer(make_app(LocalChatModel("tiny"), "tiny")) as srv:  # off by default
+        assert httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": "x"}).status_code == 404

@@ -37,6 +37,11 @@ class Config(BaseConfig):
     )
     max_n: int = Field(16, ge=1, description="largest n (samples per request) accepted")
     max_tokens_limit: int = Field(4096, ge=1, description="largest max_tokens accepted")
+    allow_weight_updates: bool = Field(
+        False,
+        description='accept POST /v1/load_weights {"path": DIR} (a PPO trainer pushing its policy); '
+        "anyone who reaches the port could replace the model",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "warning", description="uvicorn log level"
     )
@@ -58,6 +63,7 @@ def run(cfg: Config) -> int:
         batch_wait_ms=cfg.batch_wait_ms,
         max_n=cfg.max_n,
         max_tokens_limit=cfg.max_tokens_limit,
+        allow_weight_updates=cfg.allow_weight_updates,
     )
     serve(
         app,

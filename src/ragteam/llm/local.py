@@ -212,6 +212,34 @@ class LocalChatModel:
 
     # ---- the ChatModel interface ---------------------------------------------------------------------------
 
+    def load_weights(self, folder: str | Path) -> int:
+        """Replace the weights with those in `folder/*.safetensors` (a trainer's checkpoint of the same
+        architecture), between two batches; returns the number of tensors loaded.
+
+        Why: a PPO trainer that rolls out through a server pushes its weights after every update. The
+        tensors must match the model's names and shapes; tied weights (SmolLM2's output head) may be absent.
+        """
+        from safetensors.torch import load_file
+
+        files = sorted(Path(folder).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{folder}: no *.safetensors weights to load")
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f), device=str(self.device)))
+        own = self.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise ValueError(f"{folder}: tensors this model does not have: {', '.join(unknown[:5])}")
+        for name, tensor in state.items():
+            if tensor.shape != own[name].shape:
+                raise ValueError(
+                    f"{folder}: {name} has shape {tuple(tensor.shape)}, the model {tuple(own[name].shape)}"
+                )
+        with self._lock:
+            self.model.load_state_dict(state, strict=False)
+        return len(state)
+
     def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Answer each request with `sampling.n` completions (or a ModelError), in input order."""
         results: list[ChatResult | None] = [None] * len(requests)

@@ -225,8 +225,14 @@ def make_app(
     max_tokens_limit: int = 4096,
     default_max_tokens: int = 256,
     max_body_bytes: int = 4_000_000,
+    allow_weight_updates: bool = False,
 ) -> FastAPI:
-    """A FastAPI app serving `model` as `served_name`; `app.state.batcher` holds the batching counters."""
+    """A FastAPI app serving `model` as `served_name`; `app.state.batcher` holds the batching counters.
+
+    `allow_weight_updates` adds `POST /v1/load_weights {"path": DIR}`: the served model loads the weights in
+    DIR (a trainer pushing its policy after each update; see `ragteam.train.sync`). Off by default: whoever
+    can reach the port could replace the model.
+    """
     batcher = Batcher(model, max_batch_size or int(getattr(model, "max_batch_size", 32)), batch_wait_ms)
     created = int(time.time())
     tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none
@@ -262,6 +268,26 @@ def make_app(
             "object": "list",
             "data": [{"id": served_name, "object": "model", "created": created, "owned_by": "ragteam"}],
         }
+
+    if allow_weight_updates:
+
+        @app.post("/v1/load_weights")
+        async def load_weights(request: Request) -> JSONResponse:
+            try:
+                data = json.loads(await request.body())
+            except (ValueError, UnicodeDecodeError) as e:
+                return _error(400, f"request body is not valid JSON: {e}")
+            path = data.get("path") if isinstance(data, dict) else None
+            if not isinstance(path, str) or not path:
+                return _error(400, 'body must be {"path": "<folder with *.safetensors>"}', param="path")
+            loader = getattr(model, "load_weights", None)
+            if loader is None:
+                return _error(400, f"model {served_name!r} cannot load weights at run time")
+            try:
+                count = await asyncio.to_thread(loader, path)
+            except (FileNotFoundError, ValueError) as e:
+                return _error(400, str(e), param="path")
+            return JSONResponse({"status": "ok", "model": served_name, "tensors": count, "path": path})
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:

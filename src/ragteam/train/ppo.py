@@ -62,6 +62,7 @@ from ragteam.train.losses import (
 )
 from ragteam.train.meters import PhaseTimer, RoleMeters
 from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.sync import PushToServer, SharedModule, WeightSync
 
 __all__ = ["PPOConfig", "train_ppo"]
 
@@ -88,6 +89,7 @@ class Run:
     questions: list
     eval_questions: list
     device: torch.device
+    sync: WeightSync
     tb: Any = None
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
     state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "generated_tokens": 0})
@@ -105,6 +107,7 @@ class Experience:
     kl: Tensor
     advantages: Tensor
     returns: Tensor
+    drift: float | None = None  # mean |old log-prob - the rollout backend's| per token (None: not recorded)
 
 
 def _lr_factor(cfg: PPOConfig):
@@ -169,11 +172,10 @@ def build(cfg: PPOConfig) -> Run:
         rollout_policy = LocalChatModel.from_model(
             policy, tokenizer, name="policy", max_batch_size=cfg.policy.max_batch_size
         )
-    else:
-        raise ValueError(
-            "policy.backend=openai: rollouts on a server need the weights pushed to it after every update "
-            "(`ragteam.train.sync`); not wired into train ppo yet, so rollouts would come from stale weights"
-        )
+        sync: WeightSync = SharedModule()
+    else:  # a server: it gets the trained weights before every rollout (see train/sync.py)
+        rollout_policy = build_chat_model(cfg.policy)
+        sync = PushToServer.for_base_url(cfg.policy.base_url or "", Path(cfg.out) / "sync")
     llm = build_chat_model(cfg.llm) if "llm" in workflow.needs else None
     retriever = (
         build_retriever(cfg, data=cfg.data, fmt=qset.format) if "retriever" in workflow.needs else None
@@ -203,7 +205,7 @@ def build(cfg: PPOConfig) -> Run:
     )
     run = Run(
         cfg, Path(cfg.out), workflow, engine, tokenizer, ac, ref, optimizer, scheduler, kl,
-        questions, eval_questions, device,
+        questions, eval_questions, device, sync,
     )  # fmt: skip
     if resume_from is not None:
         load_checkpoint(run, resume_from)
@@ -231,6 +233,7 @@ def rollout(run: Run, iteration: int) -> list[Episode]:
     from ragteam.metrics.answer import score_answer
 
     cfg = run.cfg
+    run.sync.push(run.ac.policy, iteration)  # a served policy gets the current weights (in-process: no-op)
     batch = iteration_questions(run.questions, iteration, cfg.questions_per_iteration, cfg.seed)
     run.engine.config = cfg.rollout.model_copy(update={"seed": cfg.seed * 1_000_003 + iteration})
     report = run.engine.run(
@@ -279,13 +282,26 @@ def advantages(run: Run, samples: list[Sample]) -> Experience:
         rows = torch.tensor(idx, device=dev)
         old_logp[rows, :t], ref_logp[rows, :t], values[rows, :t] = scored.logp, ref, scored.values
         mask[rows, :t] = batch.mask
+    drift = _logprob_drift(samples, old_logp)
     kl = kl_penalty(old_logp, ref_logp, cfg.kl_estimator) * mask
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32, device=dev)
     rewards = token_rewards(scores, kl, mask, run.kl.beta)
     adv, returns = gae(rewards, values, mask, gamma=cfg.gamma, lam=cfg.lam)
     if cfg.whiten_advantages and mask.sum() > 1:
         adv = masked_whiten(adv, mask)
-    return Experience(samples, mask, old_logp, ref_logp, values, kl, adv, returns)
+    return Experience(samples, mask, old_logp, ref_logp, values, kl, adv, returns, drift)
+
+
+def _logprob_drift(samples: list[Sample], old_logp: Tensor) -> float | None:
+    """Mean absolute gap per token between the trainer's log-probs and the rollout backend's: ~1e-6 in
+    process, larger from a server (other kernels, bf16) or when its weights lag the trainer's."""
+    total, count = 0.0, 0
+    for b, s in enumerate(samples):
+        if s.rollout_logprobs is not None and len(s.rollout_logprobs) == len(s.completion_ids):
+            ours = old_logp[b, : len(s.completion_ids)].cpu()
+            total += float((ours - torch.tensor(s.rollout_logprobs)).abs().sum())
+            count += len(s.completion_ids)
+    return total / count if count else None
 
 
 def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
@@ -362,6 +378,7 @@ def evaluate(run: Run) -> dict[str, Any]:
 
     if not run.eval_questions:
         return {}
+    run.sync.push(run.ac.policy, run.state["iteration"])
     greedy = run.cfg.rollout.model_copy(update={"temperature": 0.0, "forks": [], "seed": run.cfg.seed})
     saved, run.engine.config = run.engine.config, greedy
     t0 = time.perf_counter()
@@ -502,6 +519,7 @@ def iteration_row(
         "generated_tokens_total": run.state["generated_tokens"],
         "kl_mean": kl_mean,
         "kl_beta": run.kl.beta,
+        "logprob_drift": exp.drift if exp is not None else None,
         "lr": lrs[0],
         "critic_lr": lrs[1],
         "train": overall,
