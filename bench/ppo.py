@@ -1,0 +1,511 @@
+"""Benchmark: PPO update tokens/s and peak memory, ours (`ragteam.train.ppo.update`) against TRL 1.12's PPO.
+
+TRL dropped its PPO trainer after 1.12 (`trl.experimental.ppo.PPOTrainer` there), so the TRL side runs in a
+separate virtual environment, `.venv-trl112/` at the repository root, created on first use (about a minute:
+torch==2.13.0 from the local CPU wheel first, then trl==1.12.0 with torch pinned by a constraint, so pip
+never swaps torch for a multi-GB CUDA build). Each side runs in a fresh process of its own, so its peak
+memory is its own: `--side ours` with this interpreter, `--side trl` with the TRL environment's.
+
+Both sides train on the same batch: --samples synthetic acts (seeded: prompt lengths uniform in
+--prompt-tokens, completion lengths uniform in --completion-tokens, random token ids, a random reward in
+[0, 1]), built from --seed on each side and checked equal by a fingerprint. Same model (policy, a critic
+initialised from the policy's weights, a frozen reference copy), float32, no gradient checkpointing, AdamW,
+--epochs passes of shuffled minibatches of --minibatch samples, one optimizer step per minibatch (the table
+shows the steps counted on each side's optimizer).
+
+Timed on each side is one update, the median of --repeats after --warmup untimed ones (the first pays the
+optimizer's state allocation); the advantage pass that precedes it is not timed:
+
+  ours  `ragteam.train.ppo.update(run, exp, iteration)` unchanged: per minibatch, packed micro-batches of at
+        most --micro-tokens tokens (no padding), policy and separate critic trunks over the rows, vocabulary
+        head and value head on completion positions only, clipped policy + value losses and entropy,
+        backward, grad-norm clip, AdamW step; per-role statistics; the scheduler step. One substitution:
+        its token-budgeted minibatch split (`minibatches(..., minibatch_tokens, generator)`) is replaced
+        by fixed --minibatch-sample chunks of the same seeded shuffle, so both sides take the same steps.
+        `exp` comes from `ppo.advantages(run, samples)` (old/reference log-probs, values, GAE).
+  trl   the update part of `PPOTrainer.train()` of trl 1.12.0, copied statement for statement (below, with
+        the source's variable names) and run on the trainer's own objects: `PolicyAndValueWrapper`
+        (policy + `AutoModelForSequenceClassification` value model) prepared by its `Accelerator`, its
+        optimizer (Trainer default: fused AdamW), its `forward`, `selective_log_softmax`, `masked_mean`.
+        Per PPO epoch: `np.random.permutation`, minibatches, micro-batches of --micro-batch samples under
+        `accelerator.accumulate`: forward of value backbone and policy on the full padded sequences (all
+        positions' logits), slicing to the responses, losses, `accelerator.backward`, `optimizer.step`,
+        no-grad statistics (entropy over the vocabulary); then the scheduler step. Its rollout tensors are
+        as `train()` builds them: queries left-padded to the batch's longest prompt (its collator), responses
+        right-padded to the longest completion; old log-probs, reference log-probs, values, rewards and
+        GAE from `train()`'s no-grad code, with one forward of the policy in place of `generate()`'s scores.
+
+TRL configuration: per_device_train_batch_size=--micro-batch, gradient_accumulation_steps=samples/micro,
+num_mini_batches=samples/minibatch (rollout batch = --samples), bf16=False (its default bf16=True would not
+reach its own Accelerator anyway), temperature 1.0 as ours. Two adjustments, both so that it does the same
+work as ours: (1) trl 1.12 leaves its Accelerator accumulating over gradient_accumulation_steps
+micro-batches, which with num_mini_batches > 1 steps the optimizer once per rollout batch rather than once
+per minibatch (and, on a dataloader's last batch, once per micro-batch); the bench sets the accumulation to
+minibatch/micro, the intended one step per minibatch. (2) The reward model TRL requires is the value model
+object (its rewards are not used: both sides take the same synthetic rewards), so both sides hold the same
+three networks: policy, critic, reference. The untimed advantage pass runs in micro-batch chunks on both
+sides (TRL's `local_rollout_forward_batch_size` = --micro-batch) so that it does not set the peak.
+
+tokens/s counts the real (unpadded) prompt + completion tokens of one update (samples x epochs) over its
+median seconds; "computed" is what the forward passes run on (TRL: padded rows). Peak RSS is the child's
+ru_maxrss (the whole process: loading, advantage pass, updates); "update peak" is the process's resident
+high-water mark over the updates alone (reset through /proc/self/clear_refs just before them). Target: ours
+>= 1.5x TRL's tokens/s.
+
+    .venv/bin/python bench/ppo.py --model tiny --samples 8 --minibatch 4        # smoke, ~1 minute + venv
+    .venv/bin/python bench/ppo.py                                               # SmolLM2, 16 samples: slow
+    .venv/bin/python bench/ppo.py --samples 4 --minibatch 2 --repeats 2         # SmolLM2, a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRL_VERSION = "1.12.0"
+TORCH_VERSION = "2.13.0"
+DEFAULT_VENV = ROOT / ".venv-trl112"
+LOWEST_ID = 100  # random token ids start here: above every special token (pad, eos, chat markers)
+SIDES = ("ours", "trl")
+
+
+# ---- the shared batch (standard library only: both environments build it) -------------------------------
+
+
+def make_samples(args: argparse.Namespace, vocab_size: int) -> list[dict]:
+    """--samples acts: random prompt and completion ids of seeded lengths, and a reward in [0, 1]."""
+    rng = random.Random(args.seed)
+    out = []
+    for _ in range(args.samples):
+        p = rng.randint(*args.prompt_tokens)
+        c = rng.randint(*args.completion_tokens)
+        out.append(
+            {
+                "prompt": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(p)],
+                "completion": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(c)],
+                "reward": rng.random(),
+            }
+        )
+    return out
+
+
+def fingerprint(samples: list[dict]) -> str:
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(json.dumps([s["prompt"], s["completion"], round(s["reward"], 9)]).encode())
+    return h.hexdigest()[:12]
+
+
+def vocab_size(model_path: str) -> int:
+    return int(json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))["vocab_size"])
+
+
+# ---- measurement helpers -----------------------------------------------------------------------------------
+
+
+def reset_peak() -> bool:
+    """Reset the process's resident high-water mark (VmHWM) to its current RSS; False where not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_mb() -> float | None:
+    """VmHWM of this process in MB (None off Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def time_updates(name: str, update, args: argparse.Namespace) -> tuple[list[float], float | None]:
+    """--warmup untimed then --repeats timed calls of `update()`: (seconds of each timed call, update peak)."""
+    can_reset = reset_peak()
+    times = []
+    for i in range(args.warmup + args.repeats):
+        t0 = time.perf_counter()
+        update(i)
+        seconds = time.perf_counter() - t0
+        warm = i < args.warmup
+        if not warm:
+            times.append(seconds)
+        what = "warm-up" if warm else f"repeat {i - args.warmup + 1}/{args.repeats}"
+        print(f"  {name}: {what} {seconds:.2f} s", file=sys.stderr, flush=True)
+    return times, (peak_mb() if can_reset else None)
+
+
+def result(name: str, samples: list[dict], args, times, update_peak, steps, computed, extra) -> dict:
+    tokens = sum(len(s["prompt"]) + len(s["completion"]) for s in samples) * args.epochs
+    median = statistics.median(times)
+    import torch
+
+    return {
+        "side": name,
+        "fingerprint": fingerprint(samples),
+        "tokens_per_update": tokens,
+        "computed_tokens_per_update": computed * args.epochs,
+        "median_s": median,
+        "times_s": times,
+        "tokens_per_s": tokens / median,
+        "optimizer_steps_per_update": steps,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "update_peak_mb": update_peak,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        **extra,
+    }
+
+
+# ---- ours --------------------------------------------------------------------------------------------------
+
+
+def side_ours(args: argparse.Namespace) -> dict:
+    from types import SimpleNamespace
+
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    from ragteam.train import ppo
+    from ragteam.train.actor_critic import ActorCritic
+    from ragteam.train.experience import Sample
+    from ragteam.train.losses import KLController
+    from ragteam.train.ppo_config import PPOOptions
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    raw = make_samples(args, vocab_size(args.model_path))
+    longest = max(len(s["prompt"]) + len(s["completion"]) for s in raw)
+    if longest > args.micro_tokens:
+        raise SystemExit(f"--micro-tokens {args.micro_tokens} < the longest sample ({longest} tokens)")
+
+    # As `ppo.build` does, less what the update does not read (engine, workflow, data, output folder).
+    policy = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32).eval().requires_grad_(False)
+    ac = ActorCritic.from_policy(policy, shared=False)
+    ac.eval()
+    opts = PPOOptions(
+        epochs=args.epochs,
+        minibatch_tokens=args.minibatch * longest,  # unused: the split is by sample count (see below)
+        micro_tokens=args.micro_tokens,
+        max_sample_tokens=max(32, longest),
+    )
+    critic_params = [*ac.value_head.parameters(), *ac.critic_trunk.parameters()]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": list(policy.parameters()), "lr": opts.lr},
+            {"params": critic_params, "lr": opts.critic_lr},
+        ],
+        weight_decay=opts.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    run = SimpleNamespace(
+        cfg=SimpleNamespace(ppo=opts, seed=args.seed),
+        device=torch.device("cpu"),
+        ac=ac,
+        ref=ref,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        kl=KLController(beta=opts.kl_beta),
+    )
+    samples = [
+        Sample(f"bench-{i}", 0, "generator", s["prompt"], s["completion"], s["reward"]) for i, s in enumerate(raw)
+    ]
+
+    # The same number of optimizer steps as TRL: minibatches of --minibatch samples of the seeded shuffle
+    # (`update` passes a generator for the minibatch split; micro-batch splits pass none and are untouched).
+    token_split = ppo.minibatches
+
+    def sample_split(items, max_tokens, generator=None):
+        if generator is None:
+            return token_split(items, max_tokens, generator=None)
+        order = torch.randperm(len(items), generator=generator).tolist()
+        return [order[i : i + args.minibatch] for i in range(0, len(order), args.minibatch)]
+
+    ppo.minibatches = sample_split
+
+    t0 = time.perf_counter()
+    exp = ppo.advantages(run, samples)
+    print(f"  ours: advantage pass {time.perf_counter() - t0:.2f} s (not timed)", file=sys.stderr, flush=True)
+    steps = [0]
+    optimizer.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
+
+    def update(i: int) -> None:
+        ppo.update(run, exp, i)
+
+    times, update_peak = time_updates("ours", update, args)
+    per_update = steps[0] // (args.warmup + args.repeats)
+    computed = sum(len(s["prompt"]) + len(s["completion"]) for s in raw)
+    extra = {
+        "transformers": transformers.__version__,
+        "optimizer": "AdamW (torch default implementation)",
+        "attention": policy.config._attn_implementation,
+    }
+    return result("ours", raw, args, times, update_peak, per_update, computed, extra)
+
+
+# ---- TRL 1.12 ----------------------------------------------------------------------------------------------
+
+
+def side_trl(bench: argparse.Namespace) -> dict:
+    import numpy as np
+    import torch
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from trl.experimental.ppo import PPOConfig, PPOTrainer
+    from trl.experimental.ppo.ppo_trainer import INVALID_LOGPROB, forward, masked_mean, masked_whiten
+    from trl.experimental.utils import empty_cache, first_true_indices, get_reward
+    from trl.trainer.utils import pad, selective_log_softmax
+
+    if trl.__version__ != TRL_VERSION:
+        raise SystemExit(f"trl {trl.__version__} in {sys.executable}; this side needs trl {TRL_VERSION}")
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(bench.threads)
+    torch.manual_seed(bench.seed)
+    np.random.seed(bench.seed)
+    raw = make_samples(bench, vocab_size(bench.model_path))
+    n, m, micro = bench.samples, bench.minibatch, bench.micro_batch
+
+    # As TRL's PPO example script loads them: a left-padding tokenizer, the policy, its reference, and a
+    # sequence-classification value model (its score head new) from the same weights.
+    tokenizer = AutoTokenizer.from_pretrained(bench.model_path, padding_side="left")
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= LOWEST_ID:
+        raise SystemExit(f"pad token id {tokenizer.pad_token_id}: not below {LOWEST_ID}, as the bench needs")
+    policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
+    ref_policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
+    value_model = AutoModelForSequenceClassification.from_pretrained(
+        bench.model_path, num_labels=1, dtype=torch.float32
+    )
+    dataset = Dataset.from_dict({"input_ids": [s["prompt"] for s in raw]})
+    with tempfile.TemporaryDirectory(prefix="bench-ppo-trl-") as tmp:
+        config = PPOConfig(
+            output_dir=tmp,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=n // micro,
+            num_mini_batches=n // m,
+            num_ppo_epochs=bench.epochs,
+            total_episodes=n,
+            local_rollout_forward_batch_size=micro,
+            temperature=1.0,
+            bf16=False,
+            use_cpu=True,
+            seed=bench.seed,
+            report_to="none",
+            disable_tqdm=True,
+            num_sample_generations=0,
+            save_strategy="no",
+        )
+        trainer = PPOTrainer(
+            args=config,
+            processing_class=tokenizer,
+            model=policy,
+            ref_model=ref_policy,
+            reward_model=value_model,  # not used here: both sides take the same synthetic rewards
+            train_dataset=dataset,
+            value_model=value_model,
+            eval_dataset=dataset,
+        )
+    # TRL leaves accumulation at gradient_accumulation_steps (n / micro); one step per minibatch instead.
+    trainer.accelerator.gradient_accumulation_steps = m // micro
+
+    args, accelerator, optimizer, model = trainer.args, trainer.accelerator, trainer.optimizer, trainer.model
+    processing_class, ref_policy, device = trainer.processing_class, trainer.ref_model, accelerator.device
+    steps = [0]
+    optimizer.optimizer.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
+
+    # ---- rollout tensors, as train() builds them (its collator; generate() padding), then its no-grad part
+    t0 = time.perf_counter()
+    data = trainer.data_collator([{"input_ids": s["prompt"]} for s in raw])
+    queries = data["input_ids"].to(device)
+    context_length = queries.shape[1]
+    gen = [torch.tensor(s["completion"], device=device) for s in raw]
+    query_responses = torch.cat((queries, pad(gen, processing_class.pad_token_id, "right")), 1)
+    model.train()
+    with torch.no_grad():
+        responses, postprocessed_responses, logprobs, ref_logprobs = [], [], [], []
+        sequence_lengths, values = [], []
+        for i in range(0, queries.shape[0], args.local_rollout_forward_batch_size):
+            query_response = query_responses[i : i + args.local_rollout_forward_batch_size]
+            response = query_response[:, context_length:]
+            # train() takes these from generate()'s scores; one forward of the policy gives the same
+            output = forward(accelerator.unwrap_model(model).policy, query_response, processing_class.pad_token_id)
+            logits = output.logits[:, context_length - 1 : -1]
+            logits /= args.temperature + 1e-7
+            logprob = selective_log_softmax(logits, response)
+            del output, logits
+            ref_output = forward(ref_policy, query_response, processing_class.pad_token_id)
+            ref_logits = ref_output.logits[:, context_length - 1 : -1]
+            ref_logits /= args.temperature + 1e-7
+            ref_logprob = selective_log_softmax(ref_logits, response)
+            del ref_output, ref_logits
+            postprocessed_response = response  # stop_token_id None: no truncation
+            sequence_length = first_true_indices(postprocessed_response == processing_class.pad_token_id) - 1
+            unwrapped_value_model = accelerator.unwrap_model(model).value_model
+            full_value, _, _ = get_reward(
+                unwrapped_value_model, query_response, processing_class.pad_token_id, context_length
+            )
+            value = full_value[:, context_length - 1 : -1].squeeze(-1)
+            responses.append(response)
+            postprocessed_responses.append(postprocessed_response)
+            logprobs.append(logprob)
+            ref_logprobs.append(ref_logprob)
+            sequence_lengths.append(sequence_length)
+            values.append(value)
+        responses = torch.cat(responses, 0)
+        postprocessed_responses = torch.cat(postprocessed_responses, 0)
+        logprobs = torch.cat(logprobs, 0)
+        ref_logprobs = torch.cat(ref_logprobs, 0)
+        sequence_lengths = torch.cat(sequence_lengths, 0)
+        scores = torch.tensor([s["reward"] for s in raw], device=device)
+        values = torch.cat(values, 0)
+        response_idxs = torch.arange(responses.shape[1], device=responses.device).repeat(responses.shape[0], 1)
+        padding_mask = response_idxs > sequence_lengths.unsqueeze(1)
+        logprobs = torch.masked_fill(logprobs, padding_mask, INVALID_LOGPROB)
+        ref_logprobs = torch.masked_fill(ref_logprobs, padding_mask, INVALID_LOGPROB)
+        sequence_lengths_p1 = sequence_lengths + 1
+        padding_mask_p1 = response_idxs > (sequence_lengths_p1.unsqueeze(1))
+        values = torch.masked_fill(values, padding_mask_p1, 0)
+        logr = ref_logprobs - logprobs
+        kl = -logr if args.kl_estimator == "k1" else (logr.exp() - 1) - logr
+        non_score_reward = -args.kl_coef * kl
+        rewards = non_score_reward.clone()
+        actual_start = torch.arange(rewards.size(0), device=rewards.device)
+        actual_end = torch.where(sequence_lengths_p1 < rewards.size(1), sequence_lengths_p1, sequence_lengths)
+        rewards[actual_start, actual_end] += scores
+        lastgaelam = 0
+        advantages_reversed = []
+        gen_length = responses.shape[1]
+        for t in reversed(range(gen_length)):
+            nextvalues = values[:, t + 1] if t < gen_length - 1 else 0.0
+            delta = rewards[:, t] + args.gamma * nextvalues - values[:, t]
+            lastgaelam = delta + args.gamma * args.lam * lastgaelam
+            advantages_reversed.append(lastgaelam)
+        advantages = torch.stack(advantages_reversed[::-1], axis=1)
+        returns = advantages + values
+        advantages = masked_whiten(advantages, ~padding_mask)
+        advantages = torch.masked_fill(advantages, padding_mask, 0)
+    print(f"  trl: advantage pass {time.perf_counter() - t0:.2f} s (not timed)", file=sys.stderr, flush=True)
+
+    stats_shape = (args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)
+    approxkl_stats = torch.zeros(stats_shape, device=device)
+    pg_clipfrac_stats = torch.zeros(stats_shape, device=device)
+    pg_loss_stats = torch.zeros(stats_shape, device=device)
+    vf_loss_stats = torch.zeros(stats_shape, device=device)
+    vf_clipfrac_stats = torch.zeros(stats_shape, device=device)
+    entropy_stats = torch.zeros(stats_shape, device=device)
+    ratio_stats = torch.zeros(stats_shape, device=device)
+
+    def update(_: int) -> None:
+        # ---- trl 1.12.0 PPOTrainer.train(), "Do multiple epochs of PPO training", statement for statement
+        for ppo_epoch_idx in range(args.num_ppo_epochs):
+            b_inds = np.random.permutation(args.local_batch_size)
+            minibatch_idx = 0
+            for mini_batch_start in range(0, args.local_batch_size, args.local_mini_batch_size):
+                mini_batch_end = mini_batch_start + args.local_mini_batch_size
+                mini_batch_inds = b_inds[mini_batch_start:mini_batch_end]
+                gradient_accumulation_idx = 0
+                for micro_batch_start in range(0, args.local_mini_batch_size, args.per_device_train_batch_size):
+                    with accelerator.accumulate(model):
+                        micro_batch_end = micro_batch_start + args.per_device_train_batch_size
+                        micro_batch_inds = mini_batch_inds[micro_batch_start:micro_batch_end]
+                        mb_advantage = advantages[micro_batch_inds]
+                        mb_responses = responses[micro_batch_inds]
+                        mb_query_responses = query_responses[micro_batch_inds]
+                        mb_logprobs = logprobs[micro_batch_inds]
+                        mb_return = returns[micro_batch_inds]
+                        mb_values = values[micro_batch_inds]
+
+                        output, vpred_temp = forward(model, mb_query_responses, processing_class.pad_token_id)
+                        logits = output.logits[:, context_length - 1 : -1]
+                        logits /= args.temperature + 1e-7
+                        new_logprobs = selective_log_softmax(logits, mb_responses)
+                        new_logprobs = torch.masked_fill(
+                            new_logprobs, padding_mask[micro_batch_inds], INVALID_LOGPROB
+                        )
+                        vpred = vpred_temp[:, context_length - 1 : -1].squeeze(-1)
+                        vpred = torch.masked_fill(vpred, padding_mask_p1[micro_batch_inds], 0)
+                        vpredclipped = torch.clamp(
+                            vpred,
+                            mb_values - args.cliprange_value,
+                            mb_values + args.cliprange_value,
+                        )
+                        vf_losses1 = torch.square(vpred - mb_return)
+                        vf_losses2 = torch.square(vpredclipped - mb_return)
+                        vf_loss_max = torch.max(vf_losses1, vf_losses2)
+                        vf_loss = 0.5 * masked_mean(vf_loss_max, ~padding_mask_p1[micro_batch_inds])
+                        vf_clipfrac = masked_mean(
+                            (vf_losses2 > vf_losses1).float(), ~padding_mask_p1[micro_batch_inds]
+                        )
+                        logprobs_diff = new_logprobs - mb_logprobs
+                        ratio = torch.exp(logprobs_diff)
+                        pg_losses = -mb_advantage * ratio
+                        pg_losses2 = -mb_advantage * torch.clamp(
+                            ratio, 1.0 - args.cliprange, 1.0 + args.cliprange
+                        )
+                        pg_loss_max = torch.max(pg_losses, pg_losses2)
+                        pg_loss = masked_mean(pg_loss_max, ~padding_mask[micro_batch_inds])
+                        loss = pg_loss + args.vf_coef * vf_loss
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        optimizer.zero_grad()
+                        with torch.no_grad():
+                            pg_clipfrac = masked_mean(
+                                (pg_losses2 > pg_losses).float(), ~padding_mask[micro_batch_inds]
+                            )
+                            prob_dist = torch.nn.functional.softmax(logits, dim=-1)
+                            entropy = torch.logsumexp(logits, dim=-1) - torch.sum(prob_dist * logits, dim=-1)
+                            approxkl = 0.5 * (logprobs_diff**2).mean()
+                            at = ppo_epoch_idx, minibatch_idx, gradient_accumulation_idx
+                            approxkl_stats[at] = approxkl
+                            pg_clipfrac_stats[at] = pg_clipfrac
+                            pg_loss_stats[at] = pg_loss
+                            vf_loss_stats[at] = vf_loss
+                            vf_clipfrac_stats[at] = vf_clipfrac
+                            entropy_stats[at] = entropy.mean()
+                            ratio_stats[at] = ratio.mean()
+                    gradient_accumulation_idx += 1
+                minibatch_idx += 1
+                # del everything and empty cache
+                del (
+                    output, vpred_temp, logits, new_logprobs, vpred, vpredclipped,
+                    vf_losses1, vf_losses2, vf_loss, vf_clipfrac, logprobs_diff, ratio, pg_losses, pg_losses2,
+                    pg_loss_max, pg_loss, loss, pg_clipfrac, prob_dist, entropy, approxkl, mb_return,
+                    mb_advantage, mb_values, mb_responses, mb_query_responses, mb_logprobs,
+                )  # fmt: skip
+                empty_cache()
+        trainer.lr_scheduler.step()
+
+    times, update_peak = time_updates("trl", update, bench)
+    per_update = steps[0] // (bench.warmup + bench.repeats)
+    computed = query_responses.numel()
+    inner = optimizer.optimizer
+    impl = "fused" if inner.defaults.get("fused") else "foreach" if inner.defaults.get("foreach") else "default"
+    extra = {
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={args.optim})",
+        "attention": policy.config._attn_implementation,
+        "mixed_precision": accelerator.mixed_precision,
+        "padded_width": int(query_responses.shape[1]),
+    }
+    return result("trl", raw, bench, times, update_peak, per_update, computed, extra)
