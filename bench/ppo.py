@@ -48,13 +48,17 @@ sides (TRL's `local_rollout_forward_batch_size` = --micro-batch) so that it does
 
 tokens/s counts the real (unpadded) prompt + completion tokens of one update (samples x epochs) over its
 median seconds; "computed" is what the forward passes run on (TRL: padded rows). Peak RSS is the child's
-ru_maxrss (the whole process: loading, advantage pass, updates); "update peak" is the process's resident
-high-water mark over the updates alone (reset through /proc/self/clear_refs just before them). Target: ours
+resident peak over its whole life (loading, advantage pass, updates: ru_maxrss); "update peak" is its
+resident high-water mark over the updates alone (reset through /proc/self/clear_refs just before them; the
+models, the batch and the rest already resident count, the advantage pass's transients do not). Target: ours
 >= 1.5x TRL's tokens/s.
 
-    .venv/bin/python bench/ppo.py --model tiny --samples 8 --minibatch 4        # smoke, ~1 minute + venv
-    .venv/bin/python bench/ppo.py                                               # SmolLM2, 16 samples: slow
-    .venv/bin/python bench/ppo.py --samples 4 --minibatch 2 --repeats 2         # SmolLM2, a few minutes
+    # smoke: ~15 s (+ ~1 minute the first time, to create .venv-trl112/)
+    .venv/bin/python bench/ppo.py --model tiny --samples 8 --prompt-tokens 50 90 --completion-tokens 8 16 --micro-tokens 256
+    # SmolLM2, small: ~10 minutes on 2 busy cores (~80 s per update and side, 11-12 GB peak)
+    .venv/bin/python bench/ppo.py --samples 4 --minibatch 2 --repeats 2
+    # SmolLM2, the default batch (16 samples, minibatches of 4): about four times as long per update
+    .venv/bin/python bench/ppo.py --json ppo-bench.json
 """
 
 from __future__ import annotations
@@ -135,8 +139,11 @@ def peak_mb() -> float | None:
     return None
 
 
-def time_updates(name: str, update, args: argparse.Namespace) -> tuple[list[float], float | None]:
-    """--warmup untimed then --repeats timed calls of `update()`: (seconds of each timed call, update peak)."""
+def time_updates(name: str, update, args: argparse.Namespace) -> tuple[list[float], float, float | None]:
+    """--warmup untimed then --repeats timed calls of `update()`: (seconds of each timed call, the process's
+    peak RSS in MB, the peak over the updates alone or None). Resetting VmHWM resets ru_maxrss too, so the
+    process's peak so far is read first."""
+    before = ru_maxrss_mb()
     can_reset = reset_peak()
     times = []
     for i in range(args.warmup + args.repeats):
@@ -148,10 +155,15 @@ def time_updates(name: str, update, args: argparse.Namespace) -> tuple[list[floa
             times.append(seconds)
         what = "warm-up" if warm else f"repeat {i - args.warmup + 1}/{args.repeats}"
         print(f"  {name}: {what} {seconds:.2f} s", file=sys.stderr, flush=True)
-    return times, (peak_mb() if can_reset else None)
+    return times, max(before, ru_maxrss_mb()), (peak_mb() if can_reset else None)
 
 
-def result(name: str, samples: list[dict], args, times, update_peak, steps, computed, extra) -> dict:
+def ru_maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def result(name: str, samples: list[dict], args, measured, steps, computed, extra) -> dict:
+    times, process_peak, update_peak = measured
     tokens = sum(len(s["prompt"]) + len(s["completion"]) for s in samples) * args.epochs
     median = statistics.median(times)
     import torch
@@ -165,7 +177,7 @@ def result(name: str, samples: list[dict], args, times, update_peak, steps, comp
         "times_s": times,
         "tokens_per_s": tokens / median,
         "optimizer_steps_per_update": steps,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": process_peak,
         "update_peak_mb": update_peak,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -199,7 +211,11 @@ def side_ours(args: argparse.Namespace) -> dict:
 
     # As `ppo.build` does, less what the update does not read (engine, workflow, data, output folder).
     policy = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
-    ref = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32).eval().requires_grad_(False)
+    ref = (
+        AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
+        .eval()
+        .requires_grad_(False)
+    )
     ac = ActorCritic.from_policy(policy, shared=False)
     ac.eval()
     opts = PPOOptions(
@@ -227,7 +243,8 @@ def side_ours(args: argparse.Namespace) -> dict:
         kl=KLController(beta=opts.kl_beta),
     )
     samples = [
-        Sample(f"bench-{i}", 0, "generator", s["prompt"], s["completion"], s["reward"]) for i, s in enumerate(raw)
+        Sample(f"bench-{i}", 0, "generator", s["prompt"], s["completion"], s["reward"])
+        for i, s in enumerate(raw)
     ]
 
     # The same number of optimizer steps as TRL: minibatches of --minibatch samples of the seeded shuffle
@@ -251,7 +268,7 @@ def side_ours(args: argparse.Namespace) -> dict:
     def update(i: int) -> None:
         ppo.update(run, exp, i)
 
-    times, update_peak = time_updates("ours", update, args)
+    measured = time_updates("ours", update, args)
     per_update = steps[0] // (args.warmup + args.repeats)
     computed = sum(len(s["prompt"]) + len(s["completion"]) for s in raw)
     extra = {
@@ -259,13 +276,17 @@ def side_ours(args: argparse.Namespace) -> dict:
         "optimizer": "AdamW (torch default implementation)",
         "attention": policy.config._attn_implementation,
     }
-    return result("ours", raw, args, times, update_peak, per_update, computed, extra)
+    return result("ours", raw, args, measured, per_update, computed, extra)
 
 
 # ---- TRL 1.12 ----------------------------------------------------------------------------------------------
 
 
 def side_trl(bench: argparse.Namespace) -> dict:
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # "trl.experimental is unstable": known
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5's renames, met in trl 1.12
     import numpy as np
     import torch
     import transformers
@@ -348,7 +369,9 @@ def side_trl(bench: argparse.Namespace) -> dict:
             query_response = query_responses[i : i + args.local_rollout_forward_batch_size]
             response = query_response[:, context_length:]
             # train() takes these from generate()'s scores; one forward of the policy gives the same
-            output = forward(accelerator.unwrap_model(model).policy, query_response, processing_class.pad_token_id)
+            output = forward(
+                accelerator.unwrap_model(model).policy, query_response, processing_class.pad_token_id
+            )
             logits = output.logits[:, context_length - 1 : -1]
             logits /= args.temperature + 1e-7
             logprob = selective_log_softmax(logits, response)
@@ -378,7 +401,9 @@ def side_trl(bench: argparse.Namespace) -> dict:
         sequence_lengths = torch.cat(sequence_lengths, 0)
         scores = torch.tensor([s["reward"] for s in raw], device=device)
         values = torch.cat(values, 0)
-        response_idxs = torch.arange(responses.shape[1], device=responses.device).repeat(responses.shape[0], 1)
+        response_idxs = torch.arange(responses.shape[1], device=responses.device).repeat(
+            responses.shape[0], 1
+        )
         padding_mask = response_idxs > sequence_lengths.unsqueeze(1)
         logprobs = torch.masked_fill(logprobs, padding_mask, INVALID_LOGPROB)
         ref_logprobs = torch.masked_fill(ref_logprobs, padding_mask, INVALID_LOGPROB)
@@ -424,7 +449,9 @@ def side_trl(bench: argparse.Namespace) -> dict:
                 mini_batch_end = mini_batch_start + args.local_mini_batch_size
                 mini_batch_inds = b_inds[mini_batch_start:mini_batch_end]
                 gradient_accumulation_idx = 0
-                for micro_batch_start in range(0, args.local_mini_batch_size, args.per_device_train_batch_size):
+                for micro_batch_start in range(
+                    0, args.local_mini_batch_size, args.per_device_train_batch_size
+                ):
                     with accelerator.accumulate(model):
                         micro_batch_end = micro_batch_start + args.per_device_train_batch_size
                         micro_batch_inds = mini_batch_inds[micro_batch_start:micro_batch_end]
@@ -495,17 +522,202 @@ def side_trl(bench: argparse.Namespace) -> dict:
                 empty_cache()
         trainer.lr_scheduler.step()
 
-    times, update_peak = time_updates("trl", update, bench)
+    measured = time_updates("trl", update, bench)
     per_update = steps[0] // (bench.warmup + bench.repeats)
     computed = query_responses.numel()
     inner = optimizer.optimizer
-    impl = "fused" if inner.defaults.get("fused") else "foreach" if inner.defaults.get("foreach") else "default"
+    impl = (
+        "fused" if inner.defaults.get("fused") else "foreach" if inner.defaults.get("foreach") else "default"
+    )
     extra = {
         "transformers": transformers.__version__,
         "trl": trl.__version__,
-        "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={args.optim})",
+        "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={getattr(args.optim, 'value', args.optim)})",
         "attention": policy.config._attn_implementation,
         "mixed_precision": accelerator.mixed_precision,
         "padded_width": int(query_responses.shape[1]),
     }
-    return result("trl", raw, bench, times, update_peak, per_update, computed, extra)
+    return result("trl", raw, bench, measured, per_update, computed, extra)
+
+
+# ---- the parent: environment, children, table -------------------------------------------------------------
+
+
+def ensure_trl_venv(venv: Path) -> tuple[Path, float | None]:
+    """The TRL 1.12 environment's python, created or repaired when missing; (python, seconds spent or None)."""
+    python = venv / "bin" / "python"
+    if _trl_versions(python) == (TORCH_VERSION, TRL_VERSION):
+        return python, None
+    print(
+        f"creating {venv} (torch=={TORCH_VERSION} CPU, trl=={TRL_VERSION}; about a minute)",
+        file=sys.stderr,
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    constraints = venv / "bench-constraints.txt"  # torch stays the local CPU wheel whatever trl asks for
+    constraints.write_text(f"torch=={TORCH_VERSION}\n", encoding="utf-8")
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--constraint", str(constraints)]
+    for spec in (f"torch=={TORCH_VERSION}", f"trl=={TRL_VERSION}"):  # torch first, then trl against it
+        proc = subprocess.run([*pip, spec], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"pip install {spec} into {venv} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+            )
+    got = _trl_versions(python)
+    if got != (TORCH_VERSION, TRL_VERSION):
+        raise SystemExit(f"{venv}: torch/trl {got}, expected {(TORCH_VERSION, TRL_VERSION)}")
+    seconds = time.perf_counter() - t0
+    print(f"created {venv} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return python, seconds
+
+
+def _trl_versions(python: Path) -> tuple[str, str] | None:
+    if not python.exists():
+        return None
+    code = "import torch, trl; print(torch.__version__.split('+')[0], trl.__version__)"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    parts = proc.stdout.split()
+    return (parts[0], parts[1]) if proc.returncode == 0 and len(parts) == 2 else None
+
+
+def run_side(side: str, python: Path, args: argparse.Namespace) -> dict:
+    """One side in a fresh process (its progress lines pass through to stderr); its RESULT."""
+    cmd = [str(python), str(Path(__file__).resolve()), "--side", side, *_forwarded(args)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"side {side} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
+    return json.loads(line[len("RESULT ") :]) | {"wall_s": time.perf_counter() - start}
+
+
+def _forwarded(args: argparse.Namespace) -> list[str]:
+    out = ["--model", args.model, "--model-path", args.model_path, "--seed", str(args.seed)]
+    out += ["--samples", str(args.samples), "--minibatch", str(args.minibatch)]
+    out += ["--prompt-tokens", *map(str, args.prompt_tokens)]
+    out += ["--completion-tokens", *map(str, args.completion_tokens)]
+    out += ["--micro-batch", str(args.micro_batch), "--micro-tokens", str(args.micro_tokens)]
+    out += ["--epochs", str(args.epochs), "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    out += ["--threads", str(args.threads)]
+    return out
+
+
+def _mb(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
+def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) -> None:
+    first = results[0]
+    print(
+        f"\nPPO update on {args.model} ({args.model_path}), CPU, {args.threads} thread(s), "
+        f"{platform.machine()} ({os.cpu_count()} CPUs)\n"
+        f"batch: {args.samples} samples (prompts {args.prompt_tokens[0]}-{args.prompt_tokens[1]}, completions "
+        f"{args.completion_tokens[0]}-{args.completion_tokens[1]} tokens, seed {args.seed}, fingerprint "
+        f"{first['fingerprint']}), {first['tokens_per_update']} tokens x {args.epochs} epoch(s); minibatches of "
+        f"{args.minibatch} samples; micro-batches: ours <= {args.micro_tokens} packed tokens, TRL "
+        f"{args.micro_batch} padded samples; median of {args.repeats} update(s) after {args.warmup} warm-up, "
+        f"best of {args.rounds} round(s)\n"
+    )
+    head = f"{'side':<5} {'s/update':>9} {'tokens/update':>14} {'computed/update':>16} {'tokens/s':>9}"
+    print(f"{head} {'steps':>6} {'peak RSS MB':>12} {'update peak MB':>15}")
+    for r in results:
+        cells = f"{r['median_s']:>9.2f} {r['tokens_per_update']:>14} {r['computed_tokens_per_update']:>16}"
+        cells += f" {r['tokens_per_s']:>9.1f} {r['optimizer_steps_per_update']:>6}"
+        print(f"{r['side']:<5} {cells} {r['peak_rss_mb']:>12.0f} {_mb(r['update_peak_mb']):>15}")
+    print()
+    for r in results:
+        times = ", ".join(f"{t:.2f}" for t in r["times_s"])
+        versions = f"torch {r['torch']}, transformers {r['transformers']}" + (
+            f", trl {r['trl']}" if "trl" in r else ""
+        )
+        print(f"{r['side']}: updates {times} s; {versions}; {r['optimizer']}; attention {r['attention']}")
+    by = {r["side"]: r for r in results}
+    if venv_s is not None:
+        print(f"TRL environment created in {venv_s:.0f} s")
+    if "ours" in by and "trl" in by:
+        ours, trl = by["ours"], by["trl"]
+        problems = []
+        if ours["fingerprint"] != trl["fingerprint"]:
+            problems.append(f"different batches ({ours['fingerprint']} vs {trl['fingerprint']})")
+        if ours["optimizer_steps_per_update"] != trl["optimizer_steps_per_update"]:
+            problems.append("different numbers of optimizer steps")
+        ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
+        verdict = "ok" if ratio >= 1.5 else "below the 1.5x target"
+        memory = f"peak RSS {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x"
+        if ours["update_peak_mb"] and trl["update_peak_mb"]:
+            memory += f", update peak {ours['update_peak_mb'] / trl['update_peak_mb']:.2f}x"
+        print(f"ours / TRL: {ratio:.2f}x tokens/s ({verdict}); {memory}")
+        for p in problems:
+            print(f"WARNING: {p}: the comparison is not like for like")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2", help="smollm2, tiny or a Hugging Face model folder")
+    p.add_argument("--samples", type=int, default=16, help="acts in the batch (TRL: its rollout batch)")
+    p.add_argument("--prompt-tokens", type=int, nargs=2, default=[500, 900], metavar=("MIN", "MAX"))
+    p.add_argument("--completion-tokens", type=int, nargs=2, default=[16, 48], metavar=("MIN", "MAX"))
+    p.add_argument("--minibatch", type=int, default=4, help="samples per optimizer step (both sides)")
+    p.add_argument("--micro-batch", type=int, default=2, help="TRL: samples per forward/backward")
+    p.add_argument("--micro-tokens", type=int, default=2048, help="ours: tokens per packed forward/backward")
+    p.add_argument("--epochs", type=int, default=1, help="PPO epochs over the batch per update")
+    p.add_argument("--repeats", type=int, default=3, help="timed updates per side (the median is reported)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed updates first")
+    p.add_argument("--rounds", type=int, default=1, help="run both sides this many times; keep each's best")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on each side")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
+    p.add_argument(
+        "--trl-venv", type=Path, default=DEFAULT_VENV, help="TRL 1.12 environment (made if missing)"
+    )
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # child process: measure one side
+    p.add_argument("--model-path", help=argparse.SUPPRESS)  # child process: the resolved model folder
+    args = p.parse_args(argv)
+    if args.samples % args.minibatch or args.minibatch % args.micro_batch:
+        p.error("--samples must be a multiple of --minibatch, and --minibatch of --micro-batch (TRL's sizes)")
+    for lo, hi in (args.prompt_tokens, args.completion_tokens):
+        if not 1 <= lo <= hi:
+            p.error("token ranges are MIN MAX with 1 <= MIN <= MAX")
+    if min(args.repeats, args.threads, args.epochs, args.rounds) < 1 or args.warmup < 0:
+        p.error("--repeats, --threads, --epochs and --rounds must be >= 1, --warmup >= 0")
+
+    if args.side:
+        fn = side_ours if args.side == "ours" else side_trl
+        print("RESULT " + json.dumps(fn(args)), flush=True)
+        return 0
+
+    os.environ.setdefault("RAGTEAM_HOME", str(ROOT / ".ragteam"))
+    from ragteam.config import setup_caches
+    from ragteam.llm.local import resolve_model_path
+
+    setup_caches()  # offline Hugging Face, caches under RAGTEAM_HOME: inherited by both children
+    args.model_path = str(resolve_model_path(args.model))
+    pythons = {"ours": Path(sys.executable)}
+    venv_s = None
+    if "trl" in args.sides:
+        pythons["trl"], venv_s = ensure_trl_venv(args.trl_venv)
+
+    best: dict[str, dict] = {}
+    for round_ in range(args.rounds):
+        order = args.sides if round_ % 2 == 0 else args.sides[::-1]
+        for side in order:
+            print(f"round {round_ + 1}/{args.rounds}: {side}", file=sys.stderr, flush=True)
+            r = run_side(side, pythons[side], args) | {"round": round_}
+            if side not in best or r["tokens_per_s"] > best[side]["tokens_per_s"]:
+                best[side] = r
+    results = [best[side] for side in SIDES if side in best]
+    report(args, results, venv_s)
+    if args.json:
+        out = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+        out |= {"results": results, "venv_seconds": venv_s}
+        args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
