@@ -18,7 +18,7 @@ import torch
 
 from ragteam.config import ConfigError
 from ragteam.credit import get_credit
-from ragteam.train.experience import Sample, minibatches, pack_samples, samples_from_episodes
+from ragteam.train.experience import Sample, micro_batches, minibatches, pack_samples, samples_from_episodes
 from ragteam.train.ppo_config import RECIPES, PPOConfig, with_recipe
 
 TOKENS = 8192  # the tiny model's byte-level BPE makes long prompts: room for two samples per row
@@ -292,9 +292,7 @@ def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: 
     served = LocalChatModel("tiny")
     with BackgroundServer(make_app(served, "tiny", allow_weight_updates=True)) as srv:
         cfg = tiny_cfg(hotpot_small, tmp_path / "run", iterations=2)
-        cfg = cfg.model_copy(
-            update={"policy": ModelConfig(backend="openai", base_url=srv.url, model="tiny")}
-        )
+        cfg = cfg.model_copy(update={"policy": ModelConfig(backend="openai", base_url=srv.url, model="tiny")})
         cfg.ppo.lr = cfg.ppo.critic_lr = 1e-3  # set explicitly: the recipe keeps its other values
         out = ppo.train_ppo(cfg)
         rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
@@ -326,3 +324,11 @@ def test_load_weights_refuses_a_folder_that_does_not_fit(tmp_path: Path) -> None
         assert r.status_code == 400 and "no *.safetensors" in r.text
     with BackgroundServer(make_app(LocalChatModel("tiny"), "tiny")) as srv:  # off by default
         assert httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": "x"}).status_code == 404
+
+
+def test_micro_batches_group_similar_lengths_and_rows_are_no_wider_than_the_longest() -> None:
+    samples = [fake_sample(p, 4, i) for i, p in enumerate([30, 5, 28, 6, 29, 7])]
+    split = micro_batches(samples, range(6), 70)
+    assert split == [[0, 4], [2, 5, 3, 1]]  # longest first, about 70 tokens each
+    batch = pack_samples([samples[i] for i in split[1]])  # widths 32, 11, 10, 9 -> rows of 32
+    assert batch.input_ids.shape == (2, 32)  # the three short ones share the second row

@@ -4,11 +4,15 @@ A PPO sample is one act of one role: the prompt the policy saw (observations, re
 and the completion it produced. Only the completion is trained; the prompt is context. The node's credit
 (`ragteam.credit`) is its sequence-level reward, placed at its last completion token by `token_rewards`.
 
-Packing: samples are laid end to end in rows of at most `max_tokens` tokens, with position ids restarting
-at 0 for each sample (transformers then keeps attention within each sample; no padding is computed inside
-a row). Every per-token quantity the losses need is then gathered back into a [B, T] layout, B samples by
-T = the longest completion, with `mask` marking real completion tokens. The losses in `train/losses.py` work
-on that layout unchanged, so GAE runs per sample along its own completion.
+Packing: a forward batch's samples are laid end to end in rows no wider than its longest sample, with
+position ids restarting at 0 for each sample (transformers then keeps attention within each sample). Short
+acts share a row; long ones get a row each. Why not wider rows: on CPU, attention within a packed row runs
+over the whole row under a block mask, so a row of four 800-token samples pays 4x the attention of four
+rows; the rows' width is what padding is traded against, and sorting a minibatch by length
+(`micro_batches`) keeps that padding small. Every per-token quantity the losses need is then gathered back
+into a [B, T] layout, B samples by T = the longest completion, with `mask` marking real completion tokens.
+The losses in `train/losses.py` work on that layout unchanged, so GAE runs per sample along its own
+completion.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from torch import Tensor
 from ragteam.credit import CreditFn, RewardOf
 from ragteam.rollout.tree import Episode
 
-__all__ = ["Packed", "Sample", "pack_samples", "samples_from_episodes"]
+__all__ = ["Packed", "Sample", "micro_batches", "minibatches", "pack_samples", "samples_from_episodes"]
 
 
 @dataclass
@@ -128,13 +132,16 @@ class Packed:
         return torch.as_tensor(values, dtype=torch.float32, device=self.input_ids.device)
 
 
-def pack_samples(samples: Sequence[Sample], max_tokens: int, pad_id: int = 0) -> Packed:
-    """Pack `samples` (in the given order) into rows of at most `max_tokens` tokens, first fit.
+def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_id: int = 0) -> Packed:
+    """Pack `samples` (in the given order) into rows of at most `max_tokens` tokens (default: the longest
+    sample's length), first fit.
 
     Every sample must fit a row on its own (`samples_from_episodes(max_tokens=...)` drops the rest).
     """
     if not samples:
         raise ValueError("pack_samples: no samples")
+    if max_tokens is None:
+        max_tokens = max(s.length for s in samples)
     row_of: list[int] = []
     start_of: list[int] = []
     fill: list[int] = []
@@ -168,6 +175,25 @@ def pack_samples(samples: Sequence[Sample], max_tokens: int, pad_id: int = 0) ->
         mask[b, :n] = True
         comp[b, :n] = torch.tensor(s.completion_ids)
     return Packed(list(samples), ids, pos, rows, cols, mask, comp)
+
+
+def micro_batches(samples: Sequence[Sample], idx: Sequence[int], tokens: int) -> list[list[int]]:
+    """Split the samples `idx` into forward batches of about `tokens` tokens each (a sample longer than that
+    goes alone), longest first, so that the rows of one batch have similar lengths (little padding)."""
+    order = sorted(idx, key=lambda i: (-samples[i].length, i))
+    out: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i in order:
+        n = samples[i].length
+        if current and used + n > tokens:
+            out.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    if current:
+        out.append(current)
+    return out
 
 
 def minibatches(

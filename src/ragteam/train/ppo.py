@@ -49,7 +49,7 @@ from ragteam.credit import get_credit
 from ragteam.eval.scores import bootstrap_ci, episode_scores
 from ragteam.rollout.tree import Episode
 from ragteam.train.actor_critic import ActorCritic, completion_logprobs
-from ragteam.train.experience import Sample, minibatches, pack_samples, samples_from_episodes
+from ragteam.train.experience import Sample, micro_batches, minibatches, pack_samples, samples_from_episodes
 from ragteam.train.losses import (
     KLController,
     gae,
@@ -124,6 +124,16 @@ def _lr_factor(cfg: PPOConfig):
     return factor
 
 
+def _fastest_adamw(device: torch.device) -> dict[str, bool]:
+    """AdamW's fused kernel where this torch has one for the device (CPU included since torch 2.4: one pass
+    over each parameter instead of a loop of elementwise ops), else the multi-tensor `foreach` version."""
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return {"foreach": True}
+    return {"fused": True}
+
+
 def build(cfg: PPOConfig) -> Run:
     """Questions, output folder, models (policy + critic, reference, rollout backends), engine, optimizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -192,6 +202,7 @@ def build(cfg: PPOConfig) -> Run:
             {"params": critic_params, "lr": cfg.ppo.critic_lr},
         ],
         weight_decay=cfg.ppo.weight_decay,
+        **_fastest_adamw(device),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
     kl = KLController(
@@ -263,10 +274,6 @@ def credit(run: Run, episodes: list[Episode]) -> tuple[list[Sample], dict[str, i
     return samples_from_episodes(episodes, fn, run.cfg.ppo.reward, max_tokens=run.cfg.ppo.max_sample_tokens)
 
 
-def _chunks(samples: list[Sample], tokens: int) -> list[list[int]]:
-    return minibatches(samples, tokens, generator=None)
-
-
 @torch.no_grad()
 def advantages(run: Run, samples: list[Sample]) -> Experience:
     """Phase 3: old log-probs and values (current weights), reference log-probs, token rewards, GAE."""
@@ -274,8 +281,8 @@ def advantages(run: Run, samples: list[Sample]) -> Experience:
     n, longest = len(samples), max(len(s.completion_ids) for s in samples)
     old_logp, ref_logp, values = (torch.zeros(n, longest, device=dev) for _ in range(3))
     mask = torch.zeros(n, longest, dtype=torch.bool, device=dev)
-    for idx in _chunks(samples, cfg.micro_tokens):
-        batch = pack_samples([samples[i] for i in idx], cfg.micro_tokens).to(dev)
+    for idx in micro_batches(samples, range(n), cfg.micro_tokens):
+        batch = pack_samples([samples[i] for i in idx]).to(dev)
         t = batch.mask.shape[1]
         scored = run.ac(batch)
         ref, _, _ = completion_logprobs(run.ref, batch)
@@ -316,8 +323,8 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
         for mb in minibatches(exp.samples, cfg.minibatch_tokens, generator=gen):
             run.optimizer.zero_grad(set_to_none=True)
             mb_tokens = exp.mask[mb].sum().clamp_min(1)
-            for idx in _split(exp.samples, mb, cfg.micro_tokens):
-                batch = pack_samples([exp.samples[i] for i in idx], cfg.micro_tokens).to(dev)
+            for idx in micro_batches(exp.samples, mb, cfg.micro_tokens):
+                batch = pack_samples([exp.samples[i] for i in idx]).to(dev)
                 t, rows = batch.mask.shape[1], torch.tensor(idx, device=dev)
                 old, adv, ret, old_v = (
                     x[rows, :t] for x in (exp.old_logp, exp.advantages, exp.returns, exp.old_values)
@@ -335,12 +342,6 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
     run.ac.eval()
     run.scheduler.step()
     return meters
-
-
-def _split(samples: list[Sample], idx: list[int], tokens: int) -> list[list[int]]:
-    """A minibatch's sample indices in micro-batches of at most `tokens` tokens (order kept)."""
-    sub = minibatches([samples[i] for i in idx], tokens, generator=None)
-    return [[idx[j] for j in part] for part in sub]
 
 
 @torch.no_grad()
