@@ -16,8 +16,10 @@ shows the steps counted on each side's optimizer).
 Timed on each side is one update, the median of --repeats after --warmup untimed ones (the first pays the
 optimizer's state allocation); the advantage pass that precedes it is not timed:
 
-  ours  `ragteam.train.ppo.update(run, exp, iteration)` unchanged: per minibatch, packed micro-batches of at
-        most --micro-tokens tokens (no padding), policy and separate critic trunks over the rows, vocabulary
+  ours  `ragteam.train.ppo.update(run, exp, iteration)` unchanged: per minibatch, micro-batches of about
+        --micro-tokens tokens grouped by length, rows no wider than their longest sample (short samples
+        share a row), policy and separate critic trunks over the rows (`ours-shared`: the value head on the
+        policy's backbone, as MMOA-RAG's LLaMA-Factory PPO and `--ppo.shared-critic`), vocabulary
         head and value head on completion positions only, clipped policy + value losses and entropy,
         backward, grad-norm clip, AdamW step; per-role statistics; the scheduler step. One substitution:
         its token-budgeted minibatch split (`minibatches(..., minibatch_tokens, generator)`) is replaced
@@ -82,7 +84,7 @@ TRL_VERSION = "1.12.0"
 TORCH_VERSION = "2.13.0"
 DEFAULT_VENV = ROOT / ".venv-trl112"
 LOWEST_ID = 100  # random token ids start here: above every special token (pad, eos, chat markers)
-SIDES = ("ours", "trl")
+SIDES = ("ours", "ours-shared", "trl")
 
 
 # ---- the shared batch (standard library only: both environments build it) -------------------------------
@@ -216,7 +218,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         .eval()
         .requires_grad_(False)
     )
-    ac = ActorCritic.from_policy(policy, shared=False)
+    ac = ActorCritic.from_policy(policy, shared=args.side == "ours-shared")
     ac.eval()
     opts = PPOOptions(
         epochs=args.epochs,
@@ -224,14 +226,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         micro_tokens=args.micro_tokens,
         max_sample_tokens=max(32, longest),
     )
-    critic_params = [*ac.value_head.parameters(), *ac.critic_trunk.parameters()]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": list(policy.parameters()), "lr": opts.lr},
-            {"params": critic_params, "lr": opts.critic_lr},
-        ],
-        weight_decay=opts.weight_decay,
-    )
+    optimizer = ppo.build_optimizer(ac, opts, torch.device("cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     run = SimpleNamespace(
         cfg=SimpleNamespace(ppo=opts, seed=args.seed),
@@ -268,15 +263,15 @@ def side_ours(args: argparse.Namespace) -> dict:
     def update(i: int) -> None:
         ppo.update(run, exp, i)
 
-    measured = time_updates("ours", update, args)
+    measured = time_updates(args.side, update, args)
     per_update = steps[0] // (args.warmup + args.repeats)
     computed = sum(len(s["prompt"]) + len(s["completion"]) for s in raw)
     extra = {
         "transformers": transformers.__version__,
-        "optimizer": "AdamW (torch default implementation)",
+        "optimizer": "AdamW (" + ("fused" if optimizer.defaults.get("fused") else "foreach") + ")",
         "attention": policy.config._attn_implementation,
     }
-    return result("ours", raw, args, measured, per_update, computed, extra)
+    return result(args.side, raw, args, measured, per_update, computed, extra)
 
 
 # ---- TRL 1.12 ----------------------------------------------------------------------------------------------
@@ -622,12 +617,12 @@ def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) 
         f"{args.micro_batch} padded samples; median of {args.repeats} update(s) after {args.warmup} warm-up, "
         f"best of {args.rounds} round(s)\n"
     )
-    head = f"{'side':<5} {'s/update':>9} {'tokens/update':>14} {'computed/update':>16} {'tokens/s':>9}"
+    head = f"{'side':<11} {'s/update':>9} {'tokens/update':>14} {'computed/update':>16} {'tokens/s':>9}"
     print(f"{head} {'steps':>6} {'peak RSS MB':>12} {'update peak MB':>15}")
     for r in results:
         cells = f"{r['median_s']:>9.2f} {r['tokens_per_update']:>14} {r['computed_tokens_per_update']:>16}"
         cells += f" {r['tokens_per_s']:>9.1f} {r['optimizer_steps_per_update']:>6}"
-        print(f"{r['side']:<5} {cells} {r['peak_rss_mb']:>12.0f} {_mb(r['update_peak_mb']):>15}")
+        print(f"{r['side']:<11} {cells} {r['peak_rss_mb']:>12.0f} {_mb(r['update_peak_mb']):>15}")
     print()
     for r in results:
         times = ", ".join(f"{t:.2f}" for t in r["times_s"])
@@ -638,21 +633,25 @@ def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) 
     by = {r["side"]: r for r in results}
     if venv_s is not None:
         print(f"TRL environment created in {venv_s:.0f} s")
-    if "ours" in by and "trl" in by:
-        ours, trl = by["ours"], by["trl"]
-        problems = []
-        if ours["fingerprint"] != trl["fingerprint"]:
-            problems.append(f"different batches ({ours['fingerprint']} vs {trl['fingerprint']})")
-        if ours["optimizer_steps_per_update"] != trl["optimizer_steps_per_update"]:
-            problems.append("different numbers of optimizer steps")
-        ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
-        verdict = "ok" if ratio >= 1.5 else "below the 1.5x target"
-        memory = f"peak RSS {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x"
-        if ours["update_peak_mb"] and trl["update_peak_mb"]:
-            memory += f", update peak {ours['update_peak_mb'] / trl['update_peak_mb']:.2f}x"
-        print(f"ours / TRL: {ratio:.2f}x tokens/s ({verdict}); {memory}")
-        for p in problems:
-            print(f"WARNING: {p}: the comparison is not like for like")
+    for name in ("ours", "ours-shared"):
+        if name in by and "trl" in by:
+            compare(name, by[name], by["trl"])
+
+
+def compare(name: str, ours: dict, trl: dict) -> None:
+    problems = []
+    if ours["fingerprint"] != trl["fingerprint"]:
+        problems.append(f"different batches ({ours['fingerprint']} vs {trl['fingerprint']})")
+    if ours["optimizer_steps_per_update"] != trl["optimizer_steps_per_update"]:
+        problems.append("different numbers of optimizer steps")
+    ratio = ours["tokens_per_s"] / trl["tokens_per_s"]
+    verdict = "ok" if ratio >= 1.5 else "below the 1.5x target"
+    memory = f"peak RSS {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x"
+    if ours["update_peak_mb"] and trl["update_peak_mb"]:
+        memory += f", update peak {ours['update_peak_mb'] / trl['update_peak_mb']:.2f}x"
+    print(f"{name} / TRL: {ratio:.2f}x tokens/s ({verdict}); {memory}")
+    for p in problems:
+        print(f"WARNING: {name}: {p}: the comparison is not like for like")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -687,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--repeats, --threads, --epochs and --rounds must be >= 1, --warmup >= 0")
 
     if args.side:
-        fn = side_ours if args.side == "ours" else side_trl
+        fn = side_trl if args.side == "trl" else side_ours
         print("RESULT " + json.dumps(fn(args)), flush=True)
         return 0
 
@@ -697,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_caches()  # offline Hugging Face, caches under RAGTEAM_HOME: inherited by both children
     args.model_path = str(resolve_model_path(args.model))
-    pythons = {"ours": Path(sys.executable)}
+    pythons = {"ours": Path(sys.executable), "ours-shared": Path(sys.executable)}
     venv_s = None
     if "trl" in args.sides:
         pythons["trl"], venv_s = ensure_trl_venv(args.trl_venv)

@@ -61,7 +61,7 @@ from ragteam.train.losses import (
     value_loss,
 )
 from ragteam.train.meters import PhaseTimer, RoleMeters
-from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.ppo_config import PPOConfig, PPOOptions, with_recipe
 from ragteam.train.sync import PushToServer, SharedModule, WeightSync
 
 __all__ = ["PPOConfig", "train_ppo"]
@@ -134,6 +134,22 @@ def _fastest_adamw(device: torch.device) -> dict[str, bool]:
     return {"fused": True}
 
 
+def build_optimizer(ac: ActorCritic, opts: PPOOptions, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW with two groups: the policy's weights at `lr`, the critic's (value head, and its trunk when
+    separate) at `critic_lr`."""
+    critic_params = [*ac.value_head.parameters()]
+    if ac.critic_trunk is not None:
+        critic_params += list(ac.critic_trunk.parameters())
+    return torch.optim.AdamW(
+        [
+            {"params": list(ac.policy.parameters()), "lr": opts.lr},
+            {"params": critic_params, "lr": opts.critic_lr},
+        ],
+        weight_decay=opts.weight_decay,
+        **_fastest_adamw(device),
+    )
+
+
 def build(cfg: PPOConfig) -> Run:
     """Questions, output folder, models (policy + critic, reference, rollout backends), engine, optimizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -193,17 +209,7 @@ def build(cfg: PPOConfig) -> Run:
     scorer = build_scorer(cfg.rollout, rollout_policy, llm, retriever, None)
     engine = Engine(rollout_policy, llm, retriever, cfg.rollout, scorer=scorer)
 
-    critic_params = [*ac.value_head.parameters()]
-    if ac.critic_trunk is not None:
-        critic_params += list(ac.critic_trunk.parameters())
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": list(policy.parameters()), "lr": cfg.ppo.lr},
-            {"params": critic_params, "lr": cfg.ppo.critic_lr},
-        ],
-        weight_decay=cfg.ppo.weight_decay,
-        **_fastest_adamw(device),
-    )
+    optimizer = build_optimizer(ac, cfg.ppo, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
     kl = KLController(
         beta=cfg.ppo.kl_beta,
