@@ -69,6 +69,62 @@ def test_errors_name_file_and_field(tmp_path):
         load_config(Outer, tmp_path / "list.yaml")
 
 
+def _laughs(levels: int, width: int = 10, merge: bool = False) -> str:
+    """A "billion laughs": each level an alias list (or merge) of the previous one, `width`**levels values."""
+    lines = ["query: q", 'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        if merge:
+            lines.append(f"m{i}: &m{i}\n  <<: [{', '.join([f'*m{i - 1}'] * width)}]\n  k{i}: {i}")
+        else:
+            lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]")
+    if merge:
+        lines.insert(1, "m0: &m0 {a: 1}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_yaml_alias_bombs_are_refused_fast_with_a_short_message(tmp_path, merge):
+    import time
+    import tracemalloc
+
+    path = tmp_path / "laughs.yaml"
+    path.write_text(_laughs(9 if not merge else 18, width=10 if not merge else 3, merge=merge))
+    assert path.stat().st_size < 2000
+    tracemalloc.start()
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="expands to more than 100000 values") as e:
+        load_config(Outer, path)
+    took = time.monotonic() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert took < 2 and peak < 50_000_000, (took, peak)
+    assert str(path) in str(e.value) and len(str(e.value)) < 300
+    # a few aliases stay fine
+    (tmp_path / "ok.yaml").write_text("query: &q hello\ngold: [*q, *q]\n")
+    assert load_config(Outer, tmp_path / "ok.yaml").gold == ["hello", "hello"]
+
+
+def test_hostile_config_files_get_one_short_config_error(tmp_path):
+    cases = {
+        "self.yaml": ("query: q\ngold: &a [*a]\n", "refers to a node that contains it"),
+        "deep.yaml": ("query: q\ngold: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 64"),
+        "big.yaml": ("query: q\n# " + "x" * 1_100_000 + "\n", "at most 1000000"),
+        "latin1.yaml": (b"query: caf\xe9\n", "not UTF-8"),
+    }
+    for name, (text, needle) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(ConfigError, match=needle):
+            load_config(Outer, path)
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_config(Outer, tmp_path)
+    # a huge bad value is quoted shortened, not echoed whole
+    (tmp_path / "huge.yaml").write_text("query: q\nk: " + "9" * 200_000 + "x\n")
+    with pytest.raises(ConfigError, match=r"k: .*\.\.\.") as e:
+        load_config(Outer, tmp_path / "huge.yaml")
+    assert len(str(e.value)) < 400
+
+
 def test_save_resolved_records_config_and_versions(tmp_path):
     import yaml
 

@@ -90,6 +90,32 @@ def test_resume_runs_only_missing_questions(hotpot5, tmp_path):
     assert len(_lines(out / "episodes.jsonl")) == 4
 
 
+def test_torn_line_in_the_middle_stops_resume_until_repair(hotpot5, tmp_path, capsys):
+    out = tmp_path / "run"
+    trace = out / "episodes.jsonl"
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "3") == 0
+    first = _lines(trace)
+    torn = first[1][:80]  # line 2 lost its end (a full disk, a second writer), line 3 is intact
+    trace.write_text("\n".join([first[0], torn, first[2]]) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "3") == 1
+    err = capsys.readouterr().err
+    assert "episodes.jsonl:2:" in err and "--repair" in err and "keeps the 2 intact episodes" in err
+    assert "Traceback" not in err and _lines(trace)[1] == torn  # nothing was changed
+    assert _eval(hotpot5, out, "--workflow", "standard-rag", "--limit", "3", "--repair") == 0
+    lines = _lines(trace)
+    assert lines[:2] == [first[0], first[2]] and len(lines) == 3  # intact episodes kept, in place
+    assert json.loads(lines[2])["question"]["id"] == json.loads(first[1])["question"]["id"]  # rerun
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["n"] == 3 and m["engine_calls"]["llm_requests"] == 1  # only the torn question ran again
+    assert _lines(out / "episodes.jsonl.torn") == [torn]
+    # any bad bytes count: a line that is not UTF-8, or not an episode, before the end
+    trace.write_bytes(trace.read_bytes().replace(b"\n", b"\n\xff\xfe garbage\n[1]\n", 1))
+    with pytest.raises(ValueError, match=r"episodes.jsonl:2: .*\n.*2 bad line\(s\) .*line 2, 3"):
+        load_trace(trace)
+    assert len(load_trace(trace, drop_bad=True)) == 3 and len(_lines(trace)) == 3
+
+
 def test_offset_and_determinism(hotpot5, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):

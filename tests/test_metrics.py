@@ -39,10 +39,20 @@ from ragteam.types import Question
         ("A", "a"),
         ("", ""),
         ("?!", ""),
+        ("Eif\u200bfel\u00ad Tower\ufeff", "eiffel tower"),  # zero-width space, soft hyphen, BOM: Cf
+        ("Paris\x1b\x00\x7f", "paris"),  # escape, NUL, DEL: Cc
+        ("New\nYork\tCity", "new york city"),  # control characters that are whitespace still separate
+        ("\u2066Paris\u2069", "paris"),  # bidi isolates around a word
     ],
 )
 def test_normalize_answer(raw, normalized):
     assert normalize_answer(raw) == normalized
+
+
+def test_invisible_characters_do_not_decide_a_match():
+    assert exact_match("Eif\u200bfel Tower", ["Eiffel Tower"]) == 1.0
+    assert exact_match("\u200b\u200b", ["\u200b"]) == 0.0  # nothing visible on either side: no match
+    assert cover_em("it is Pa\u200dris", ["Paris"]) == 1.0
 
 
 def test_exact_match_aliases_and_empty():

@@ -427,3 +427,101 @@ def test_container_variants(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(ValueError, match="no records"):
         read_questions(tmp_path / "empty.jsonl")
+
+
+GOOD = {"question": "q?", "answer": ["a"]}
+DEEP = '{"question": "q?", "answer": ["a"], "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+def _hostile(tmp_path: Path, kind: str) -> tuple[Path, int, str]:
+    """A file holding one hostile record between good ones: (path, its line, what the error says)."""
+    good = json.dumps(GOOD)
+    if kind == "deep-jsonl":
+        path, body, line, needle = (
+            tmp_path / "deep.jsonl",
+            f"{good}\n{DEEP}\n{good}\n",
+            2,
+            "nested too deeply",
+        )
+    elif kind == "deep-array":
+        path, body = tmp_path / "deep.json", f"[\n{good},\n{DEEP},\n{good}\n]\n"
+        line, needle = 3, "nested too deeply"
+    elif kind == "latin1":
+        path = tmp_path / "latin1.jsonl"
+        path.write_bytes(f"{good}\n".encode() + '{"question": "café?", "answer": ["a"]}\n'.encode("latin-1"))
+        return path, 2, "not UTF-8 text (byte 0xe9"
+    elif kind == "trailing":
+        path, body = tmp_path / "trail.json", f"[\n{good},\n{good}\n]\n\n]garbage\n"
+        line, needle = 6, "unexpected text after the JSON document: ']garbage"
+    else:  # a 50 MB question
+        path, line, needle = tmp_path / "huge.jsonl", 2, "a record of 50000"
+        body = (
+            good + "\n" + json.dumps({"question": "why " * 12_500_000, "answer": ["a"]}) + "\n" + good + "\n"
+        )
+    path.write_text(body, encoding="utf-8")
+    return path, line, needle
+
+
+@pytest.mark.parametrize("kind", ["deep-jsonl", "deep-array", "latin1", "trailing", "huge"])
+def test_hostile_data_files_name_file_and_line_or_are_skipped(tmp_path, kind):
+    path, line, needle = _hostile(tmp_path, kind)
+    with pytest.raises(ValueError) as err:
+        read_questions(path, fmt="nq-open")
+    assert str(err.value).startswith(f"{path}:{line}: ") and needle in str(err.value), str(err.value)
+    qset = read_questions(path, fmt="nq-open", skip_bad=True)
+    assert qset.skipped == 1 and qset.errors[0].startswith(f"{path}:{line}: ")
+    assert len(qset.questions) >= 1 and all(len(q.question) < 100 for q in qset.questions)
+    # format detection on a file whose only record is hostile names that record, not "no records"
+    if kind in ("deep-jsonl", "huge"):
+        only = tmp_path / f"only-{path.name}"
+        only.write_text(path.read_text(encoding="utf-8").splitlines()[1] + "\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"{only.name}:1: .*{needle[:12]}"):
+            read_questions(only)
+
+
+def test_a_folder_given_as_data_file_and_index_skip_bad(tmp_path, capsys):
+    from ragteam.cli.main import main
+    from ragteam.data import read_corpus
+
+    folder = tmp_path / "data.jsonl"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        read_questions(folder)
+    assert main(["index", "--data", str(folder), "--out", str(tmp_path / "idx")]) == 1
+    err = capsys.readouterr().err
+    assert f"{folder}: is a folder" in err and "Traceback" not in err
+    # a corpus with a non-UTF-8 line and a deeply nested one: stops, or skipped and counted with --skip-bad
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [json.dumps({"id": str(i), "title": f"T{i}", "text": f"passage number {i}"}) for i in range(3)]
+    corpus.write_bytes(
+        "\n".join([rows[0], DEEP, rows[1]]).encode()
+        + b'\n{"id": "x", "text": "caf\xe9"}\n'
+        + rows[2].encode()
+    )
+    with pytest.raises(ValueError, match=r"corpus.jsonl:2: .*nested too deeply"):
+        read_corpus(corpus)
+    errors: list[str] = []
+    assert [d.id for d in read_corpus(corpus, skip_bad=True, errors=errors)] == ["0", "1", "2"]
+    assert [e.split(": ")[0] for e in errors] == [f"{corpus}:2", f"{corpus}:4"]
+    out = tmp_path / "idx"
+    argv = ["index", "--corpus", str(corpus), "--out", str(out), "--kinds", "bm25", "--no-progress"]
+    assert main(argv) == 1 and "corpus.jsonl:2:" in capsys.readouterr().err
+    assert main([*argv, "--skip-bad"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped 2 malformed records" in captured.err and "3 passages" in captured.out
+    # an output path that is a file: one line, no traceback
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    bad_out = [
+        "index",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(blocker / "idx"),
+        "--kinds",
+        "bm25",
+        "--skip-bad",
+    ]
+    assert main(bad_out) == 1
+    err = capsys.readouterr().err
+    assert "a file is in the way" in err and "Traceback" not in err

@@ -60,3 +60,22 @@ def test_yaml_config(capsys, tmp_path):
     cfg = tmp_path / "score.yaml"
     cfg.write_text("prediction: Gödel\ngold: [Godel, Goedel]\n", encoding="utf-8")
     assert score(capsys, "--config", str(cfg))["em"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--gold", ""], "empty gold"),
+        (["--gold", "   "], "empty gold"),
+        (["--gold", "Paris", "--gold", ""], "empty gold"),
+        (["--gold", "?!\u200b"], "only punctuation or invisible"),
+        (["--gold", "C", "--choices", "A=aspirin", "B=heparin"], "not one of the --choices letters A, B"),
+        (["--gold", "aspirin", "--choices", "A=aspirin", "B=heparin"], "not one of the --choices"),
+    ],
+)
+def test_golds_no_prediction_could_match_are_refused(capsys, argv, needle):
+    assert main(["score", "--prediction", "A", *argv]) == 1
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    # the lower-case letter of an option is accepted
+    assert score(capsys, "--prediction", "(b)", "--gold", "b", "--choices", "A=x", "B=y")["mc_acc"] == 1.0

@@ -3,6 +3,12 @@
 Precedence: field defaults < `--config FILE.yaml` < command-line flags. Nested models become dotted flags
 (`--policy.model`, `--llm.base-url`). Every flag's `--help` text is the field's description, so a config
 class documents its command. `save_resolved` writes the final config and library versions beside outputs.
+
+Config files are bounded: at most `MAX_CONFIG_BYTES`, nesting at most `MAX_CONFIG_DEPTH` levels, and at most
+`MAX_CONFIG_VALUES` values once YAML aliases are expanded. Why: a few hundred bytes of nested aliases (a
+"billion laughs") expand to billions of values; PyYAML shares them when constructing, but merge keys,
+validation and error messages walk them all. The expansion is measured on the composed node graph, before
+any Python object is built. Error messages quote values shortened (`got ...`), never whole.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -27,6 +34,74 @@ class Config(BaseModel):
 
 class ConfigError(ValueError):
     """A config that does not validate; the message names the file (if any) and each bad field."""
+
+
+MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_DEPTH = 64
+MAX_CONFIG_VALUES = 100_000
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel = 3
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """`repr(value)` cut to about `limit` characters; walks only the first few items of a container."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int], depth: int, where: str) -> int:
+    """Values under `node` with every alias expanded; memoized on shared nodes, so linear in the graph."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise ConfigError(f"{where}: a YAML alias refers to a node that contains it")
+    if depth > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"{where}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+    size = 1
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        open_.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else [x for kv in node.value for x in kv]
+        for child in children:
+            size += _expanded_size(child, sizes, open_, depth + 1, where)
+            if size > MAX_CONFIG_VALUES:
+                raise ConfigError(
+                    f"{where}: expands to more than {MAX_CONFIG_VALUES} values (nested YAML aliases?); "
+                    "write the values out"
+                )
+        open_.discard(key)
+    sizes[key] = size
+    return size
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document in `path`, bounded in size, depth and alias expansion; ConfigError otherwise."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a YAML file")
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size} bytes; a config file may hold at most {MAX_CONFIG_BYTES}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, {}, set(), 0, str(path))
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{path}: nested deeper than {MAX_CONFIG_DEPTH} levels") from None
+    finally:
+        loader.dispose()
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -97,11 +172,10 @@ def load_config(
     if path is not None:
         where = str(path)
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
+            loaded = read_yaml(path)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+            problem = str(e) if len(str(e)) <= 600 else str(e)[:597] + "..."  # it quotes the line
+            raise ConfigError(f"{path}: not valid YAML: {problem}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of field names to values")
         data = loaded or {}
@@ -113,7 +187,7 @@ def load_config(
         lines = [f"{where}: invalid config for {cls.__name__}:"]
         for err in e.errors():
             field = ".".join(str(p) for p in err["loc"])
-            lines.append(f"  {field}: {err['msg']} (got {err.get('input')!r})")
+            lines.append(f"  {field}: {err['msg']} (got {short_repr(err.get('input'))})")
         raise ConfigError("\n".join(lines)) from None
 
 

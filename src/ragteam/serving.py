@@ -4,11 +4,23 @@
 first line it prints is `serving on http://HOST:PORT` (scripts and tests read the port from it).
 `BackgroundServer` runs an app in a thread on an ephemeral loopback port, and `ServerProcess` runs a
 `ragteam serve ...` command as a subprocess on one, for tests, benchmarks and notebooks.
+
+Hostile clients. Both apps may require an API key (`BearerAuth`: OpenAI's `Authorization: Bearer KEY`,
+from `--api-key` or $RAGTEAM_API_KEY); `serve` warns on stderr when it listens beyond loopback without one.
+A connection must send a complete request head within `read_timeout` seconds of opening (or of its previous
+response), and `read_body` gives the body as long again, so a client trickling bytes cannot hold a
+connection forever; `max_connections` caps open connections (more get 503). `read_body` checks
+Content-Length before reading a byte and stops a streamed body at the limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
+import hmac
+import ipaddress
+import json
 import os
 import socket
 import subprocess
@@ -16,19 +28,185 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any, Self
+
+API_KEY_ENV = "RAGTEAM_API_KEY"  # the key a server requires when --api-key is not given
+READ_TIMEOUT_S = 30.0  # a request's head, then its body, must arrive within this many seconds
+MAX_CONNECTIONS = 512  # open connections at most; the next request is answered 503
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free one."""
+    """A listening TCP socket on (host, port); port 0 picks a free one.
+
+    An unknown host or a port in use is a ValueError that says so (the CLI prints it, no traceback)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except socket.gaierror as e:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: unknown host {host!r} ({e.strerror})") from None
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ValueError(
+                f"cannot listen on {host}:{port}: the port is in use (choose another --port; 0 picks a free one)"
+            ) from None
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def is_loopback(sock: socket.socket) -> bool:
+    """Whether a bound socket is reachable only from this machine."""
+    try:
+        return ipaddress.ip_address(sock.getsockname()[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_api_key(flag: str | None) -> str | None:
+    """The key a server requires: `--api-key`, else $RAGTEAM_API_KEY; None (no key) when neither is set."""
+    key = flag if flag else os.environ.get(API_KEY_ENV)
+    return key or None
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request but those to `open_paths` must carry `Authorization: Bearer KEY`.
+
+    Why here and not in a route: the check runs before the body is read, so a client without the key cannot
+    make the server read (or parse) anything. `error(message)` is the JSON body of the 401, in the app's
+    own error shape. The key is compared in constant time.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        key: str,
+        error: Callable[[str], dict[str, Any]],
+        open_paths: Sequence[str] = ("/health",),
+    ) -> None:
+        if not key:
+            raise ValueError("BearerAuth needs a non-empty key")
+        self.app, self.key, self.error, self.open_paths = app, key.encode("utf-8"), error, set(open_paths)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+            await self.app(scope, receive, send)
+            return
+        why = "invalid API key" if header else "missing API key: send the header 'Authorization: Bearer KEY'"
+        body = json.dumps(self.error(why)).encode("utf-8")
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b"Bearer"),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+class BodyError(Exception):
+    """A request body the server will not read: HTTP `status` (400, 408, 413) and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+async def read_body(request: Any, limit: int, timeout: float | None = READ_TIMEOUT_S) -> bytes:
+    """The body of a starlette `request`, at most `limit` bytes, received within `timeout` seconds.
+
+    Content-Length is checked before anything is read (a 400 MB upload is refused at once, not after
+    arriving); a body without one (chunked) is cut at `limit`. Raises BodyError."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise BodyError(400, f"Content-Length is not a number: {declared[:40]!r}")
+        if int(declared) > limit:
+            raise BodyError(413, f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes")
+    from starlette.requests import ClientDisconnect
+
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyError(413, f"request body exceeds the limit of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyError(408, f"request body not received within {timeout:g} s") from None
+    except ClientDisconnect:  # nobody to answer; a quiet 400 instead of a logged traceback
+        raise BodyError(400, "the client disconnected before sending its whole body") from None
+    return b"".join(chunks)
+
+
+def _deadline_protocol(read_timeout: float) -> type:
+    """uvicorn's h11 protocol, closing a connection that has not sent a complete request head within
+    `read_timeout` seconds of opening or of its last response.
+
+    Why: uvicorn's keep-alive timer is cancelled by any byte received, so a client sending a byte now and
+    then (slowloris) would hold its connection, and one of `max_connections`, forever."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(read_timeout, self._head_late)
+
+        def _head_late(self) -> None:
+            cycle = getattr(self, "cycle", None)
+            waiting_for_head = cycle is None or cycle.response_complete
+            if waiting_for_head and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+    return DeadlineH11Protocol
+
+
+def uvicorn_config(
+    app: Any,
+    log_level: str = "warning",
+    read_timeout: float = READ_TIMEOUT_S,
+    max_connections: int | None = MAX_CONNECTIONS,
+    **kwargs: Any,
+) -> Any:
+    """The uvicorn.Config both `serve` and `BackgroundServer` run: request-head deadline, connection cap."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        timeout_keep_alive=min(30, max(1, int(read_timeout))),
+        limit_concurrency=max_connections,
+        http=_deadline_protocol(read_timeout),
+        **kwargs,
+    )
 
 
 def url_of(sock: socket.socket) -> str:
@@ -43,15 +221,27 @@ def serve(
     port: int = 8000,
     log_level: str = "warning",
     announce: Sequence[str] = (),
+    read_timeout: float = READ_TIMEOUT_S,
+    max_connections: int | None = MAX_CONNECTIONS,
 ) -> None:
-    """Run `app` with uvicorn until interrupted. Prints the `announce` lines, then `serving on URL`, on stdout."""
+    """Run `app` with uvicorn until interrupted. Prints the `announce` lines, then `serving on URL`, on stdout.
+
+    Warns on stderr when listening beyond loopback while the app requires no API key
+    (`app.state.api_key_required`, set by the apps' `make_app`)."""
     import uvicorn
 
     sock = bind_socket(host, port)
+    if not is_loopback(sock) and not getattr(getattr(app, "state", None), "api_key_required", False):
+        print(
+            f"ragteam: warning: listening on {url_of(sock)} without an API key: anyone who reaches this "
+            f"port can use the server (set --api-key or ${API_KEY_ENV})",
+            file=sys.stderr,
+            flush=True,
+        )
     for line in announce:
         print(line, flush=True)
     print(f"serving on {url_of(sock)}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30)
+    config = uvicorn_config(app, log_level, read_timeout=read_timeout, max_connections=max_connections)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:
@@ -65,14 +255,27 @@ class BackgroundServer:
         OpenAIChatModel(srv.url + "/v1", "tiny").chat(...)
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        read_timeout: float = READ_TIMEOUT_S,
+        max_connections: int | None = MAX_CONNECTIONS,
+    ) -> None:
         import uvicorn
 
         self.app = app
         self._sock = bind_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         self.url = url_of(self._sock)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        config = uvicorn_config(
+            app,
+            read_timeout=read_timeout,
+            max_connections=max_connections,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 

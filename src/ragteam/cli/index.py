@@ -37,6 +37,9 @@ class Config(BaseConfig):
     )
     batch_size: int = Field(64, ge=1, description="passages per embedding batch")
     overwrite: bool = Field(False, description="replace a folder that holds an index of another corpus")
+    skip_bad: bool = Field(
+        False, description="skip (and count) malformed records of --corpus / --data instead of stopping"
+    )
     progress: bool = Field(True, description="show a progress bar while embedding")
 
 
@@ -50,13 +53,16 @@ def run(cfg: Config) -> int:
     if cfg.corpus:
         from ragteam.data.corpus import read_corpus
 
-        docs = read_corpus(cfg.corpus)
+        errors: list[str] = []
+        docs = read_corpus(cfg.corpus, skip_bad=cfg.skip_bad, errors=errors)
         source = cfg.corpus
+        _report_skipped(cfg.corpus, len(errors), errors)
     else:
         from ragteam.data.corpus import pool_corpus
         from ragteam.data.questions import read_questions
 
-        qset = read_questions(cfg.data, cfg.format)
+        qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
+        _report_skipped(cfg.data, qset.skipped, qset.errors)
         docs = pool_corpus(qset.questions)
         if not docs:
             raise ValueError(f"{cfg.data}: its {qset.format} records carry no paragraphs to index")
@@ -74,3 +80,11 @@ def run(cfg: Config) -> int:
     took = ", ".join(f"{k} {s:.1f} s" for k, s in folder.manifest.get("build_seconds", {}).items())
     print(f"{folder.path}: {len(folder)} passages, kinds {', '.join(folder.kinds)} ({took})")
     return 0
+
+
+def _report_skipped(path: str, skipped: int, errors: list[str]) -> None:
+    """With --skip-bad: how many records of `path` were skipped, and the first few reasons, on stderr."""
+    if skipped:
+        print(f"{path}: skipped {skipped} malformed records (--skip-bad):", file=sys.stderr)
+        for message in errors[:5]:
+            print(f"  {message}", file=sys.stderr)

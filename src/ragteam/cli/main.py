@@ -75,6 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"ragteam: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # an output path that is a file, a full disk, no permission: a message, no traceback
+        print(f"ragteam: error: {_os_error(e)}", file=sys.stderr)
+        return 1
+
+
+def _os_error(e: OSError) -> str:
+    """An OSError as one line naming the path (`out/x: a file is in the way of a folder`)."""
+    where = f"{e.filename}: " if e.filename else ""
+    if isinstance(e, (FileExistsError, NotADirectoryError)):
+        return f"{where}a file is in the way of an output folder ({e.strerror})"
+    return f"{where}{e.strerror or e}"
 
 
 def _command_from_argv(argv: list[str]) -> str | None:

@@ -43,12 +43,29 @@ def parse_choices(items: list[str]) -> dict[str, str] | None:
     return out
 
 
+def check_golds(golds: list[str], choices: dict[str, str] | None) -> None:
+    """ValueError for a gold no prediction could match: empty (or nothing once normalized), or, with
+    --choices, a letter that is not one of the options. Why: such a gold scores every prediction 0, which
+    reads as a wrong prediction rather than as the typo it is."""
+    from ragteam.metrics.answer import normalize_answer
+
+    for gold in golds:
+        if not gold.strip():
+            raise ValueError("--gold: an empty gold answer; give the answer text")
+        if not normalize_answer(gold):
+            raise ValueError(f"--gold: {gold[:80]!r} is only punctuation or invisible characters")
+        if choices is not None and gold.strip().upper() not in choices:
+            raise ValueError(
+                f"--gold: {gold[:20]!r} is not one of the --choices letters {', '.join(choices)}"
+            )
+
+
 def run(cfg: Config) -> int:
     from ragteam.metrics.answer import NORMALIZATION, normalize_answer, score_answer
 
-    question = Question(
-        id="score", question="", golden_answers=list(cfg.gold), choices=parse_choices(cfg.choices)
-    )
+    choices = parse_choices(cfg.choices)
+    check_golds(cfg.gold, choices)
+    question = Question(id="score", question="", golden_answers=list(cfg.gold), choices=choices)
     scores: dict[str, object] = dict(score_answer(cfg.prediction, question))
     scores["normalized"] = {
         "prediction": normalize_answer(cfg.prediction),

@@ -4,6 +4,7 @@
     curl -s localhost:8000/v1/chat/completions -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}'
 
 `--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
+`--api-key KEY` (or $RAGTEAM_API_KEY) makes clients send `Authorization: Bearer KEY` (OpenAI clients do).
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ class Config(BaseConfig):
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weight dtype")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="on CPU: torch intra-op threads (default: torch's choice; 1 is often fastest on a small, "
+        "busy machine), as eval's --policy.threads",
+    )
     lora: str | None = Field(None, description="folder of a LoRA adapter (peft) to apply")
     max_batch_size: int = Field(32, ge=1, description="most requests gathered into one generate call")
     batch_wait_ms: float = Field(
@@ -42,6 +49,18 @@ class Config(BaseConfig):
         description='accept POST /v1/load_weights {"path": DIR} (a PPO trainer pushing its policy); '
         "anyone who reaches the port could replace the model",
     )
+    api_key: str | None = Field(
+        None,
+        description="require 'Authorization: Bearer KEY' on every route but /health "
+        "(default: $RAGTEAM_API_KEY; unset: no key, and a warning when --host is not loopback)",
+    )
+    docs: bool = Field(False, description="serve FastAPI's /docs, /redoc and /openapi.json")
+    read_timeout: float = Field(
+        30.0, gt=0, description="seconds a client has to send a request's head, then its body"
+    )
+    max_connections: int = Field(
+        512, ge=1, description="open connections at most; requests beyond answered 503"
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "warning", description="uvicorn log level"
     )
@@ -50,8 +69,12 @@ class Config(BaseConfig):
 def run(cfg: Config) -> int:
     from ragteam.llm.local import LocalChatModel
     from ragteam.llm.server import make_app
-    from ragteam.serving import serve
+    from ragteam.serving import resolve_api_key, serve
 
+    if cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     model = LocalChatModel(
         cfg.model, device=cfg.device, dtype=cfg.dtype, lora=cfg.lora, max_batch_size=cfg.max_batch_size
     )
@@ -64,6 +87,9 @@ def run(cfg: Config) -> int:
         max_n=cfg.max_n,
         max_tokens_limit=cfg.max_tokens_limit,
         allow_weight_updates=cfg.allow_weight_updates,
+        api_key=resolve_api_key(cfg.api_key),
+        docs=cfg.docs,
+        read_timeout=cfg.read_timeout,
     )
     serve(
         app,
@@ -71,5 +97,7 @@ def run(cfg: Config) -> int:
         cfg.port,
         log_level=cfg.log_level,
         announce=[f"ragteam: model {name!r} ({model.path}, {model.device}); OpenAI API under /v1"],
+        read_timeout=cfg.read_timeout,
+        max_connections=cfg.max_connections,
     )
     return 0

@@ -4,6 +4,7 @@
     curl -s localhost:8001/retrieve -d '{"queries": ["Kiss and Tell actress"], "topk": 3, "return_scores": true}'
 
 Concurrent requests are gathered into one batched search; bad input gets a 4xx JSON answer naming the field.
+`--api-key KEY` (or $RAGTEAM_API_KEY) makes clients send `Authorization: Bearer KEY`.
 `--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
 """
 
@@ -37,6 +38,18 @@ class Config(BaseConfig):
         2.0, ge=0, description="how long to gather concurrent requests into a batch"
     )
     max_batch: int = Field(512, ge=1, description="most queries searched in one batch")
+    api_key: str | None = Field(
+        None,
+        description="require 'Authorization: Bearer KEY' on every route but /health "
+        "(default: $RAGTEAM_API_KEY; unset: no key, and a warning when --host is not loopback)",
+    )
+    docs: bool = Field(False, description="serve FastAPI's /docs, /redoc and /openapi.json")
+    read_timeout: float = Field(
+        30.0, gt=0, description="seconds a client has to send a request's head, then its body"
+    )
+    max_connections: int = Field(
+        512, ge=1, description="open connections at most; requests beyond answered 503"
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "warning", description="uvicorn log level"
     )
@@ -47,7 +60,7 @@ def run(cfg: Config) -> int:
     from ragteam.retrieval.factory import retriever_from_index
     from ragteam.retrieval.index import open_index
     from ragteam.retrieval.server import Limits, make_app
-    from ragteam.serving import serve
+    from ragteam.serving import resolve_api_key, serve
 
     folder = open_index(cfg.index)
     kind = cfg.kind or ("hybrid" if {"bm25", "dense"} <= set(folder.kinds) else folder.kinds[0])
@@ -60,12 +73,22 @@ def run(cfg: Config) -> int:
         max_topk=cfg.max_topk,
         max_body_bytes=cfg.max_body_bytes,
     )
-    app = make_app(retriever, limits, batch_window_ms=cfg.batch_window_ms, max_batch=cfg.max_batch)
+    app = make_app(
+        retriever,
+        limits,
+        batch_window_ms=cfg.batch_window_ms,
+        max_batch=cfg.max_batch,
+        api_key=resolve_api_key(cfg.api_key),
+        docs=cfg.docs,
+        read_timeout=cfg.read_timeout,
+    )
     serve(
         app,
         cfg.host,
         cfg.port,
         log_level=cfg.log_level,
         announce=[f"ragteam: {kind} retriever over {len(folder)} passages of {folder.path}"],
+        read_timeout=cfg.read_timeout,
+        max_connections=cfg.max_connections,
     )
     return 0

@@ -36,30 +36,45 @@ def _doc_from_record(rec: dict) -> Doc:
     return Doc(id=str(raw_id).strip(), title=title, text=text)
 
 
-def iter_corpus(path: str | Path) -> Iterator[tuple[int, Doc]]:
-    """Yield `(line, Doc)` for each passage of `path`; a malformed one raises `FILE:LINE: field ...`."""
+def iter_corpus(path: str | Path, errors: list[str] | None = None) -> Iterator[tuple[int, Doc]]:
+    """Yield `(line, Doc)` for each passage of `path`; a malformed one raises `FILE:LINE: field ...`,
+    or, when an `errors` list is given, is skipped with its message appended there."""
     for line, rec in iter_records(path, header_key="text", quoted_tsv=True):
-        if isinstance(rec, BadRecord):
-            raise RecordError(path, line, rec.message)
         try:
-            yield line, _doc_from_record(rec)
-        except FieldError as e:
-            raise RecordError(path, line, str(e)) from None
+            if isinstance(rec, BadRecord):
+                raise RecordError(path, line, rec.message)
+            try:
+                doc = _doc_from_record(rec)
+            except FieldError as e:
+                raise RecordError(path, line, str(e)) from None
+        except RecordError as e:
+            if errors is None:
+                raise
+            errors.append(str(e))
+            continue
+        yield line, doc
 
 
-def read_corpus(path: str | Path) -> list[Doc]:
-    """All passages of `path` (JSONL `{id, title, text}` or `{id, contents}`, JSON array, DPR TSV)."""
+def read_corpus(path: str | Path, skip_bad: bool = False, errors: list[str] | None = None) -> list[Doc]:
+    """All passages of `path` (JSONL `{id, title, text}` or `{id, contents}`, JSON array, DPR TSV).
+
+    With `skip_bad`, malformed passages (and repeated ids) are skipped instead of stopping the read; their
+    `FILE:LINE: ...` messages go to `errors` (pass a list to count and show them)."""
+    if skip_bad and errors is None:
+        errors = []
     docs: list[Doc] = []
     first_line: dict[str, int] = {}
-    for line, doc in iter_corpus(path):
+    for line, doc in iter_corpus(path, errors if skip_bad else None):
         if doc.id in first_line:
-            raise RecordError(
-                path, line, f"field 'id' repeats {doc.id!r} (first at line {first_line[doc.id]})"
-            )
+            e = RecordError(path, line, f"field 'id' repeats {doc.id!r} (first at line {first_line[doc.id]})")
+            if not skip_bad:
+                raise e
+            errors.append(str(e))  # type: ignore[union-attr]
+            continue
         first_line[doc.id] = line
         docs.append(doc)
     if not docs:
-        raise ValueError(f"{path}: no passages")
+        raise ValueError(f"{path}: no passages" + (f" ({len(errors)} bad records skipped)" if errors else ""))
     return docs
 
 

@@ -42,8 +42,10 @@ class QuestionSet:
 
 def detect_format(path: str | Path) -> str:
     """The name of the format of `path`, from its first well-formed record's fields."""
+    first_bad: RecordError | None = None
     for line, rec in iter_records(path):
         if isinstance(rec, BadRecord):
+            first_bad = first_bad or RecordError(path, line, rec.message)
             continue
         fmt = detect(rec)
         if fmt is None:
@@ -54,6 +56,8 @@ def detect_format(path: str | Path) -> str:
                 f"(one of {', '.join(FORMATS)})",
             )
         return fmt.name
+    if first_bad is not None:  # every record is bad: say why the first one is, not "no records"
+        raise first_bad
     raise ValueError(f"{path}: no records")
 
 

@@ -4,23 +4,34 @@ Handles JSON Lines (`.jsonl`, `.jsonl.gz`), JSON (a top-level array, or an objec
 `data` / `Data` / `questions`), and tab- or comma-separated files with a header row (`.tsv`, `.csv`).
 Malformed JSON and short rows come back as `BadRecord` values instead of raising, so that a reader can
 either stop with a clear message or skip and count them.
+
+Hostile files get the same treatment, never a traceback: a line that is not UTF-8, JSON nested deeper than
+Python's parser recurses, a record of more than `MAX_RECORD_CHARS` characters, and text after the closing
+`]` of a JSON array are bad records naming their line; a folder given as the file is an error naming it.
+Lines are decoded one at a time so that a bad byte is reported with its line (a newline byte never occurs
+inside a UTF-8 sequence, so this decodes exactly what decoding the whole file would).
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import Any
 
 # Keys under which a top-level JSON object keeps its list of records (SQuAD-style and TriviaQA's "Data").
 WRAPPER_KEYS = ("data", "Data", "questions", "records")
 # Rows allowed above the header of a TSV/CSV file before it is an error.
 PREAMBLE_ROWS = 5
+# Longest record accepted, in characters (a JSONL line, a record of a JSON array): questions and passages
+# are far shorter; a 50 MB "question" is a broken or hostile file, and would reach the tokenizer whole.
+MAX_RECORD_CHARS = 1_000_000
 
 
 class RecordError(ValueError):
@@ -46,14 +57,58 @@ class BadRecord:
     message: str
 
 
-def open_text(path: str | Path) -> IO[str]:
-    """Open a text file for reading as UTF-8 (a leading BOM is dropped), transparently decompressing `.gz`."""
+class TextLines:
+    """A file's lines as UTF-8 text (a leading BOM dropped), decoded one by one; `.gz` is decompressed.
+
+    Iterating yields each line with its line ending. A line that is not UTF-8 raises RecordError naming
+    it, unless `bad_lines` is true: then it comes back as a `BadRecord` (JSON Lines skip such a line)."""
+
+    def __init__(self, path: str | Path, bad_lines: bool = False) -> None:
+        self.path, self.bad_lines, self.line = str(path), bad_lines, 0
+        p = Path(path)
+        self._f: io.BufferedIOBase = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")  # type: ignore[assignment]
+
+    def __iter__(self) -> TextLines:
+        return self
+
+    def __next__(self) -> Any:
+        raw = self._f.readline()
+        if not raw:
+            raise StopIteration
+        self.line += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            message = (
+                f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            )
+            if self.bad_lines:
+                return BadRecord(message)
+            raise RecordError(self.path, self.line, message) from None
+        return text.removeprefix("\ufeff") if self.line == 1 else text
+
+    def read(self) -> str:
+        return "".join(self)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> TextLines:
+        return self
+
+    def __exit__(self, t: type | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open_text(path: str | Path, bad_lines: bool = False) -> TextLines:
+    """Open a text file for reading as UTF-8 (see `TextLines`), transparently decompressing `.gz`."""
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder; give the data file inside it", str(path))
     if not p.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", newline="")
-    return open(p, encoding="utf-8-sig", newline="")
+    return TextLines(p, bad_lines)
 
 
 def base_suffix(path: str | Path) -> str:
@@ -81,15 +136,17 @@ def iter_records(
             text = f.read()
         yield from _iter_json_document(path, text)
         return
-    with open_text(path) as f:  # JSON Lines: streamed, so that corpora of millions of passages fit
+    with open_text(path, bad_lines=True) as f:  # JSON Lines: streamed, so that corpora of millions fit
         yield from _iter_jsonl(f)
 
 
 def _is_json_document(path: str | Path) -> bool:
     """Whether the file is one JSON value (an array, or an object wrapping the records), not JSON Lines."""
-    with open_text(path) as f:
+    with open_text(path, bad_lines=True) as f:
         first_line = ""
         for line in f:
+            if isinstance(line, BadRecord):
+                return False  # JSON Lines with a bad line: reported with its line by _iter_jsonl
             if line.strip():
                 first_line = line.strip()
                 break
@@ -101,17 +158,28 @@ def _is_json_document(path: str | Path) -> bool:
         obj = json.loads(first_line)
     except json.JSONDecodeError:
         return True  # an object spread over several lines: a pretty-printed document
+    except RecursionError:
+        return False  # one whole (too deeply nested) object on the line: JSON Lines, reported there
     return isinstance(obj, dict) and any(isinstance(obj.get(k), list) for k in WRAPPER_KEYS)
 
 
-def _iter_jsonl(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+def _iter_jsonl(lines: Iterable[str | BadRecord]) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
     for n, line in enumerate(lines, start=1):
+        if isinstance(line, BadRecord):
+            yield n, line
+            continue
         if not line.strip():
+            continue
+        if len(line) > MAX_RECORD_CHARS:
+            yield n, BadRecord(f"a record of {len(line)} characters; at most {MAX_RECORD_CHARS}")
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             yield n, BadRecord(f"not valid JSON ({e.msg} at column {e.colno})")
+            continue
+        except RecursionError:
+            yield n, BadRecord("not valid JSON for a record: nested too deeply")
             continue
         yield (
             n,
@@ -160,20 +228,26 @@ def _iter_json_document(path: str | Path, text: str) -> Iterator[tuple[int, dict
         elif not sc.expect("["):
             raise RecordError(path, 1, "expected a JSON array of records")
         if sc.expect("]"):
+            yield from _after_array(path, sc)
             return
         while True:
             sc.skip_ws()
-            line = sc.line_at(sc.pos)
-            rec = sc.value()
-            yield (
-                line,
-                rec
-                if isinstance(rec, dict)
-                else BadRecord(f"expected a JSON object, got {type(rec).__name__}"),
-            )
+            start = sc.pos
+            line = sc.line_at(start)
+            try:
+                rec = sc.value()
+            except RecursionError:
+                yield line, BadRecord("not valid JSON: nested too deeply; the rest of the file was not read")
+                return
+            if sc.pos - start > MAX_RECORD_CHARS:
+                rec = BadRecord(f"a record of {sc.pos - start} characters; at most {MAX_RECORD_CHARS}")
+            elif not isinstance(rec, dict):
+                rec = BadRecord(f"expected a JSON object, got {type(rec).__name__}")
+            yield line, rec
             if sc.expect(","):
                 continue
             if sc.expect("]"):
+                yield from _after_array(path, sc)
                 return
             raise json.JSONDecodeError("expected ',' or ']' after a record", text, sc.pos)
     except json.JSONDecodeError as e:
@@ -182,6 +256,25 @@ def _iter_json_document(path: str | Path, text: str) -> Iterator[tuple[int, dict
             e.lineno,
             BadRecord(f"not valid JSON ({e.msg} at column {e.colno}); the rest of the file was not read"),
         )
+
+
+def _after_array(path: str | Path, sc: _Scanner) -> Iterator[tuple[int, BadRecord]]:
+    """Whatever follows the array of records: the closing brace of a wrapper object, then only whitespace.
+
+    Why: text after the array (a second array, a truncated copy) means the file is not what it seems;
+    reading the first array and saying nothing would drop the rest silently."""
+    if sc.text.lstrip().startswith("{"):  # the array sat in a wrapper object: skip its other keys
+        while sc.expect(","):
+            sc.value()
+            if not sc.expect(":"):
+                raise json.JSONDecodeError("expected ':'", sc.text, sc.pos)
+            sc.value()
+        if not sc.expect("}"):
+            raise json.JSONDecodeError("expected ',' or '}' after the list of records", sc.text, sc.pos)
+    sc.skip_ws()
+    if sc.pos < len(sc.text):
+        tail = sc.text[sc.pos : sc.pos + 20]
+        yield sc.line_at(sc.pos), BadRecord(f"unexpected text after the JSON document: {tail!r}")
 
 
 def _seek_wrapped_array(sc: _Scanner) -> bool:
@@ -209,27 +302,38 @@ def _iter_delimited(
     quoting = csv.QUOTE_NONE if delimiter == "\t" and not quoted_tsv else csv.QUOTE_MINIMAL
     with open_text(path) as f:
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        header: list[str] | None = None
-        preamble: list[list[str]] = []
-        for row in reader:
-            if not any(cell.strip() for cell in row):
+        try:
+            yield from _delimited_rows(path, reader, header_key)
+        except csv.Error as e:  # e.g. a field over csv's size limit: a broken or hostile file
+            raise RecordError(
+                path, reader.line_num, f"not a valid {base_suffix(path)[1:].upper()} row: {e}"
+            ) from None
+
+
+def _delimited_rows(
+    path: str | Path, reader: Any, header_key: str
+) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+    header: list[str] | None = None
+    preamble: list[list[str]] = []
+    for row in reader:
+        if not any(cell.strip() for cell in row):
+            continue
+        if header is None:
+            # The header is the first row naming the key column (FreshQA's CSV has note rows above it).
+            if any(c.strip().lower() == header_key for c in row):
+                header = [h.strip() for h in row]
+            elif len(preamble) < PREAMBLE_ROWS:
+                preamble.append(row)
                 continue
-            if header is None:
-                # The header is the first row naming the key column (FreshQA's CSV has note rows above it).
-                if any(c.strip().lower() == header_key for c in row):
-                    header = [h.strip() for h in row]
-                elif len(preamble) < PREAMBLE_ROWS:
-                    preamble.append(row)
-                    continue
-                else:
-                    raise RecordError(path, 1, f"no header row naming a {header_key!r} column")
-                continue
-            line = reader.line_num
-            if len(row) > len(header) and any(c.strip() for c in row[len(header) :]):
-                yield line, BadRecord(f"{len(row)} columns but the header has {len(header)}")
-                continue
-            rec: dict[str, Any] = {}
-            for name, cell in zip(header, row):
-                if name and name not in rec:  # unnamed spacer columns (Bamboogle's TSV) are dropped
-                    rec[name] = cell
-            yield line, rec
+            else:
+                raise RecordError(path, 1, f"no header row naming a {header_key!r} column")
+            continue
+        line = reader.line_num
+        if len(row) > len(header) and any(c.strip() for c in row[len(header) :]):
+            yield line, BadRecord(f"{len(row)} columns but the header has {len(header)}")
+            continue
+        rec: dict[str, Any] = {}
+        for name, cell in zip(header, row):
+            if name and name not in rec:  # unnamed spacer columns (Bamboogle's TSV) are dropped
+                rec[name] = cell
+        yield line, rec

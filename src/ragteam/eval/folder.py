@@ -3,7 +3,8 @@ trace (`episodes.jsonl`), and the resolved config that a resumption must match.
 
 `open_run` reads and selects the questions (offset, limit), creates the folder, drops the trace on
 `--overwrite`, refuses to resume under settings that change rollouts, writes `config.yaml`, and returns
-which questions still have to run.
+which questions still have to run. A trace damaged before its end stops the run with how to recover;
+`--repair` keeps its intact episodes and reruns the questions of the bad lines (`rollout.traces`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ RESUME_IGNORED = frozenset(
         "offset",
         "out",
         "overwrite",
+        "repair",
         "progress",
         "skip_bad",
         "judge",
@@ -133,7 +135,8 @@ def open_run(
         trace.unlink()
     check_resumable(cfg, out, ignored)
     save_resolved(cfg, out, command)
-    done = finished_ids(load_trace(trace)) & {q.id for q in selected}
+    # a damaged trace stops here with how to recover; with --repair its intact episodes are kept
+    done = finished_ids(load_trace(trace, drop_bad=getattr(cfg, "repair", False))) & {q.id for q in selected}
     folder = RunFolder(qset, selected, out, trace, done)
     if done:
         log(

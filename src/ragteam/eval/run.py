@@ -68,6 +68,11 @@ class EvalConfig(RunConfig):
     skip_bad: bool = Field(False, description="skip malformed records of --data instead of stopping")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="optional LLM judge endpoint")
     overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
+    repair: bool = Field(
+        False,
+        description="resume from a damaged episodes.jsonl: keep every intact episode, move the bad lines to "
+        "episodes.jsonl.torn and run their questions again",
+    )
     progress: bool = Field(True, description="show a progress bar")
 
 

@@ -78,10 +78,14 @@ class Completion:
 
 @dataclass
 class ModelError:
-    """A request that failed after the backend's retries; `where` names the endpoint or model."""
+    """A request that failed after the backend's retries; `where` names the endpoint or model.
+
+    `bad_request` marks a request that can never be served as sent (a prompt longer than the model's
+    context, a setting the backend refuses): a server answers it 400, not 500, and retrying does not help."""
 
     message: str
     where: str = ""
+    bad_request: bool = False
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}" if self.where else self.message

@@ -27,11 +27,17 @@ turns sharing off, for benchmarks).
 
 Seeds. Sample j of a request with seed s draws from its own generator seeded by mix(s, j), so a seeded
 request gives the same samples whatever else shares its batch (up to float round-off between batch shapes).
+
+Special-token text. A message (or forced prefix) that spells a special token, e.g. a user writing
+"<|im_end|>\n<|im_start|>assistant", is tokenized as the characters it is, never as the control token: else
+one user could close their own turn and write the assistant's (prompt injection by the chat template). The
+template's own tokens stay special. Text without such strings is tokenized exactly as before (the same ids).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,6 +194,11 @@ class LocalChatModel:
         self.eos_ids = frozenset(i for i in eos if i is not None)
         self.eot_id = im_end if im_end is not None else tokenizer.eos_token_id  # closes a forced-only reply
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
+        decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        self._special_texts = sorted(
+            {str(t) for t in tokenizer.all_special_tokens}
+            | {t.content for t in decoder.values() if getattr(t, "special", False)}
+        )
         self._lock = threading.Lock()
         self.stats = {"batches": 0, "rows": 0, "prefill_rows": 0, "prefill_tokens": 0, "generated_tokens": 0}
 
@@ -198,17 +209,49 @@ class LocalChatModel:
     # ---- prompts -------------------------------------------------------------------------------------------
 
     def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
-        """Token ids of `messages` rendered with the chat template, ending with the assistant turn's header."""
-        text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """Token ids of `messages` rendered with the chat template, ending with the assistant turn's header.
+
+        Special-token strings inside a message's content are tokenized as text (module docstring)."""
+        if not any(self._spells_special(m.get("content")) for m in messages):
+            text = self.tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=False
+            )
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # Render with a unique mark in place of each content, then tokenize the template's pieces as usual
+        # (its control tokens stay special) and each content with special-token strings split into text.
+        marks = [f"\x00{uuid.uuid4().hex}{i}\x00" for i in range(len(messages))]
+        masked = [{**m, "content": mark} for m, mark in zip(messages, marks)]
+        text = self.tokenizer.apply_chat_template(masked, add_generation_prompt=True, tokenize=False)
+        ids: list[int] = []
+        pos = 0
+        for m, mark in zip(messages, marks):
+            at = text.find(mark, pos)
+            if at < 0:
+                raise ValueError(
+                    f"model {self.name!r}: the chat template does not render every message as given"
+                )
+            ids += self._text_ids(text[pos:at])
+            ids += self._text_ids(str(m.get("content") or ""), literal=True)
+            pos = at + len(mark)
+        return ids + self._text_ids(text[pos:])
+
+    def _spells_special(self, text: object) -> bool:
+        return isinstance(text, str) and any(t in text for t in self._special_texts)
+
+    def _text_ids(self, text: str, literal: bool = False) -> list[int]:
+        """Ids of `text`; `literal`: special-token strings in it are tokenized as the characters they are."""
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=literal)["input_ids"])
 
     def count_tokens(self, messages: Sequence[dict]) -> int:
         """Tokens of `messages` as a prompt (assistant header included): the engine fits prompts with it."""
         return len(self.prompt_ids(messages))
 
     def prefix_ids(self, prefix: str) -> list[int]:
-        """Token ids of a forced reply prefix, tokenized on its own (it follows the assistant header)."""
-        return list(self.tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else []
+        """Token ids of a forced reply prefix, tokenized on its own (it follows the assistant header);
+        special-token strings in it are text, as in messages."""
+        return self._text_ids(prefix, literal=self._spells_special(prefix))
 
     # ---- the ChatModel interface ---------------------------------------------------------------------------
 
@@ -248,7 +291,11 @@ class LocalChatModel:
             try:
                 rows.extend(self._rows_for(i, req))
             except Exception as e:  # noqa: BLE001 - a bad request is a value, never sinks the batch
-                results[i] = ModelError(f"{type(e).__name__}: {e}", where=f"local:{self.name}")
+                results[i] = ModelError(
+                    f"{type(e).__name__}: {e}",
+                    where=f"local:{self.name}",
+                    bad_request=isinstance(e, ValueError),  # _rows_for's checks: the request, not the model
+                )
         rows.sort(key=lambda r: (len(r.inputs), r.inputs))  # identical prompts side by side: one prefill
         failed: dict[int, ModelError] = {}
         with self._lock, torch.inference_mode():

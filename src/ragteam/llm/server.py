@@ -23,8 +23,13 @@ Batching: requests go into a queue; a single loop takes the first waiting reques
 within `batch_wait_ms` (up to `max_batch_size` requests) and runs `model.chat(batch)` in a worker thread. While a
 batch decodes, new requests queue up and form the next batch, so under load batches fill by themselves.
 
-Errors are OpenAI-shaped `{"error": {"message", "type", "param"}}`: 400 for bad JSON or bad fields, 404 for an
-unknown model name, 413 for an oversize body, 500 when the model fails a request. The server never dies on input.
+Errors are OpenAI-shaped `{"error": {"message", "type", "param"}}`: 400 for bad JSON, bad fields, text that is
+not encodable (a lone surrogate) or a prompt longer than the model's context (`ModelError.bad_request`), 401
+without the API key (`api_key`), 404 for an unknown model name, 408 for a body that does not arrive in time,
+413 for an oversize body (refused from its Content-Length, before reading it), 500 when the model fails a
+request. A batch the model crashes on is run again one request at a time, so only the request that crashes it
+fails and no client sees another's error. The server never dies on input. FastAPI's docs routes are off
+unless `docs=True`.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
+from ragteam.serving import BearerAuth, BodyError, read_body
 
 
 class _TextPart(BaseModel):
@@ -141,16 +147,29 @@ class Batcher:
             self.batch_sizes[len(batch)] += 1
             self.requests += len(batch)
             try:
-                results = await asyncio.to_thread(self.model.chat, [r for r, _ in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"model returned {len(results)} results for {len(batch)} requests")
+                results = await self._chat([r for r, _ in batch])
             except Exception as e:  # noqa: BLE001 - a crashing model fails this batch, not the server
-                results = [
-                    ModelError(f"{type(e).__name__}: {e}", where=getattr(self.model, "name", "model"))
-                ] * len(batch)
+                if len(batch) == 1:
+                    results = [self._crashed(e)]
+                else:  # someone's request crashed it: run each alone, so only that one fails
+                    results = []
+                    for r, _ in batch:
+                        try:
+                            results.extend(await self._chat([r]))
+                        except Exception as own:  # noqa: BLE001 - this request's own failure
+                            results.append(self._crashed(own))
             for (_, fut), res in zip(batch, results):
                 if not fut.done():
                     fut.set_result(res)
+
+    async def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        results = await asyncio.to_thread(self.model.chat, requests)
+        if len(results) != len(requests):
+            raise RuntimeError(f"model returned {len(results)} results for {len(requests)} requests")
+        return results
+
+    def _crashed(self, e: Exception) -> ModelError:
+        return ModelError(f"{type(e).__name__}: {e}", where=getattr(self.model, "name", "model"))
 
 
 def _error(
@@ -226,8 +245,14 @@ def make_app(
     default_max_tokens: int = 256,
     max_body_bytes: int = 4_000_000,
     allow_weight_updates: bool = False,
+    api_key: str | None = None,
+    docs: bool = False,
+    read_timeout: float = 30.0,
 ) -> FastAPI:
     """A FastAPI app serving `model` as `served_name`; `app.state.batcher` holds the batching counters.
+
+    With `api_key`, every route but /health answers 401 unless the request carries `Authorization: Bearer
+    KEY` (what OpenAI clients send). A body must arrive within `read_timeout` seconds (408 otherwise).
 
     `allow_weight_updates` adds `POST /v1/load_weights {"path": DIR}`: the served model loads the weights in
     DIR (a trainer pushing its policy after each update; see `ragteam.train.sync`). Off by default: whoever
@@ -247,9 +272,24 @@ def make_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    app = FastAPI(title=f"ragteam LLM server: {served_name}", lifespan=lifespan)
+    app = FastAPI(
+        title=f"ragteam LLM server: {served_name}",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
     app.state.batcher = batcher
     app.state.served_name = served_name
+    app.state.api_key_required = bool(api_key)
+    if api_key:
+        app.add_middleware(
+            BearerAuth,
+            key=api_key,
+            error=lambda message: {
+                "error": {"message": message, "type": "invalid_api_key", "param": None, "code": 401}
+            },
+        )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -274,8 +314,10 @@ def make_app(
         @app.post("/v1/load_weights")
         async def load_weights(request: Request) -> JSONResponse:
             try:
-                data = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError) as e:
+                data = json.loads(await read_body(request, 65_536, read_timeout))
+            except BodyError as e:
+                return _error(e.status, e.message)
+            except (ValueError, UnicodeDecodeError, RecursionError) as e:
                 return _error(400, f"request body is not valid JSON: {e}")
             path = data.get("path") if isinstance(data, dict) else None
             if not isinstance(path, str) or not path:
@@ -291,13 +333,16 @@ def make_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            return _error(413, f"request body of {len(raw)} bytes exceeds the limit of {max_body_bytes}")
+        try:
+            raw = await read_body(request, max_body_bytes, read_timeout)
+        except BodyError as e:
+            return _error(e.status, e.message)
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             return _error(400, f"request body is not valid JSON: {e}")
+        except RecursionError:
+            return _error(400, "request body is not valid JSON: nested too deeply")
         if not isinstance(data, dict):
             return _error(400, "request body must be a JSON object")
         try:
@@ -328,6 +373,15 @@ def make_app(
                 400, "top_logprobs > 0 is not supported by this server (only 0)", param="top_logprobs"
             )
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        for i, m in enumerate(messages):
+            try:
+                m["content"].encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but no text a tokenizer can read
+                return _error(
+                    400,
+                    f"messages[{i}].content is not valid Unicode text ({e.reason} at character {e.start})",
+                    param=f"messages.{i}.content",
+                )
         prefix = _forced_prefix(body, messages)
         if isinstance(prefix, JSONResponse):
             return prefix
@@ -348,6 +402,8 @@ def make_app(
         )
         result = await batcher.submit(request)
         if isinstance(result, ModelError):
+            if result.bad_request:  # e.g. a prompt longer than the context: the client's to fix
+                return _error(400, f"cannot serve this request: {result}", param="messages")
             return _error(500, f"generation failed: {result}", "server_error")
         choices = []
         for i, c in enumerate(result):

@@ -3,10 +3,13 @@
 All string metrics compare `normalize_answer` forms and take the maximum over the gold aliases.
 
 Normalization (recorded in reports as `NORMALIZATION`) is SQuAD's / HotpotQA's `normalize_answer` —
-lowercase, delete punctuation, drop the articles a/an/the, collapse whitespace — with three additions,
+lowercase, delete punctuation, drop the articles a/an/the, collapse whitespace — with four additions,
 each applied to predictions and golds alike:
 
-1. accents are folded first: Unicode NFKD, then combining marks are dropped (`Gödel` -> `godel`,
+0. control and format characters (Unicode Cc, Cf) are deleted first, whitespace excepted (a newline or tab
+   still separates words): a zero-width space, a soft hyphen, a BOM or an escape character inside a word
+   is invisible to a reader, and must not decide a match.
+1. accents are folded: Unicode NFKD, then combining marks are dropped (`Gödel` -> `godel`,
    `ﬁ` -> `fi`, full-width digits -> ASCII). Letters without a decomposition (`ł`, `ø`, `ß`) stay. This
    holds in every script (Cyrillic `й` -> `и`, kana `が` -> `か`): lossy, but the same on both sides.
 2. every Unicode punctuation character (category P*) is deleted, not only ASCII's `string.punctuation`,
@@ -34,7 +37,7 @@ from ragteam.types import Question
 
 NORMALIZATION = (
     "squad+hotpotqa normalize_answer (lowercase, delete punctuation, drop articles a/an/the, collapse "
-    "whitespace) + unicode NFKD with combining marks dropped (accents folded) + all Unicode punctuation "
+    "whitespace) + control/format characters (Cc, Cf; not whitespace) deleted + unicode NFKD with combining marks dropped (accents folded) + all Unicode punctuation "
     "(P*) deleted + articles kept when they are the whole answer; F1 with HotpotQA's yes/no/noanswer rule; "
     "max over gold aliases (precision/recall from the best-F1 alias); cover_em = a normalized gold occurs "
     "in the normalized prediction on token boundaries; empty prediction scores 0; mc_acc = option letter "
@@ -51,13 +54,18 @@ def fold_accents(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
 
 
+def drop_invisible(text: str) -> str:
+    """`text` without control and format characters (Unicode Cc, Cf), whitespace kept."""
+    return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
+
+
 def _is_punct(ch: str) -> bool:
     return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
 
 
 def normalize_answer(text: str) -> str:
     """The normalized form of an answer (see the module docstring): `"The Gödel-Prize!"` -> `"godelprize"`."""
-    text = fold_accents(text or "").lower()
+    text = drop_invisible(fold_accents(text or "")).lower()
     text = "".join(ch for ch in text if not _is_punct(ch))
     stripped = " ".join(_ARTICLES.sub(" ", text).split())
     return stripped if stripped else " ".join(text.split())

@@ -5,10 +5,13 @@ when `return_scores` is true and `{"result": [[{"id", "contents"}, ...], ...]}` 
 corpus rows, FlashRAG's `{id, contents}` ("title\\ntext") or `{id, title, text}`. This client always asks
 for scores and reads every one of those shapes, so it works against Search-R1's servers and ours.
 Connection errors, timeouts, 429 and 5xx are retried with exponential backoff; other errors name the URL.
+A service that requires a key (`ragteam serve retriever --api-key`) gets `Authorization: Bearer KEY`, the key
+given to the client or $RAGTEAM_API_KEY.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -83,12 +86,15 @@ class RemoteRetriever:
         backoff: float = 0.5,
         max_queries: int = 256,
         client: httpx.Client | None = None,
+        api_key: str | None = None,
     ):
         self.url = _endpoint(url)
         self.retries = retries
         self.backoff = backoff
         self.max_queries = max_queries
         self._client = client or httpx.Client(timeout=timeout)
+        key = api_key or os.environ.get("RAGTEAM_API_KEY")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     def _post(self, body: dict[str, Any]) -> Any:
         last = ""
@@ -96,7 +102,7 @@ class RemoteRetriever:
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             try:
-                resp = self._client.post(self.url, json=body)
+                resp = self._client.post(self.url, json=body, headers=self._headers)
             except httpx.TimeoutException as e:
                 last = f"timed out ({type(e).__name__})"
                 continue
@@ -127,7 +133,7 @@ class RemoteRetriever:
 
     def health(self) -> dict[str, Any]:
         """GET /health of the service (ours answers it; Search-R1's does not)."""
-        resp = self._client.get(self.url[: -len("/retrieve")] + "/health")
+        resp = self._client.get(self.url[: -len("/retrieve")] + "/health", headers=self._headers)
         resp.raise_for_status()
         return resp.json()
 

@@ -7,8 +7,14 @@ requests keep being accepted and validated while a search runs.
 
 Input is validated by hand (not by a pydantic model) so that every problem gets a 4xx JSON answer
 `{"error": "...", "field": "..."}` naming the field: malformed JSON (400), a body over the size limit (413),
-wrong types, too many or too long queries, `topk` out of range (422). Any failure inside the retriever is a
-500 JSON answer for that batch; the server keeps serving. `GET /health` reports the retriever and counters.
+wrong types, too many or too long queries, text that is not encodable (a lone surrogate such as `"\\ud800"`
+is valid JSON but no UTF-8 string), `topk` out of range (422). A batched search that fails is run again one
+request at a time, so a request that breaks the retriever gets its own 500 and the requests batched with it
+are answered as if it had not been there: one client never sees another client's error. The server keeps
+serving. `GET /health` reports the retriever and counters.
+
+`api_key` makes every route but /health require `Authorization: Bearer KEY` (401 otherwise); the API docs
+routes are off unless asked for (`docs=True`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ragteam.retrieval.base import Retriever
+from ragteam.serving import BearerAuth, BodyError, read_body
 from ragteam.types import Hit
 
 
@@ -70,6 +77,14 @@ def validate_request(payload: Any, limits: Limits) -> tuple[list[str], int, bool
     for i, q in enumerate(queries):
         if not isinstance(q, str):
             raise RequestError(422, f"queries[{i}] must be a string, got {type(q).__name__}", f"queries[{i}]")
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but the retriever cannot read it
+            raise RequestError(
+                422,
+                f"queries[{i}] is not valid Unicode text ({e.reason} at character {e.start})",
+                f"queries[{i}]",
+            ) from None
         if len(q) > limits.max_query_chars:
             raise RequestError(
                 422,
@@ -157,45 +172,54 @@ class MicroBatcher:
             batch = [p for p in batch if not p.future.done()]  # clients that went away
             if not batch:
                 continue
-            queries = [q for p in batch for q in p.queries]
-            k = max(p.k for p in batch)
             try:
-                hits = await asyncio.to_thread(self.retriever.search, queries, k)
-            except Exception as e:  # noqa: BLE001 - the retriever failed: fail this batch, keep serving
-                self.stats["errors"] += 1
+                await self._search(batch)
+            except Exception as e:  # noqa: BLE001 - someone's query broke the batch: find whose, answer the rest
+                if len(batch) == 1:
+                    self._fail(batch[0], e)
+                    continue
                 for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(e)
-                continue
-            self.stats["batches"] += 1
-            self.stats["requests"] += len(batch)
-            self.stats["queries"] += len(queries)
-            self.stats["max_batch_requests"] = max(self.stats["max_batch_requests"], len(batch))
-            start = 0
-            for p in batch:
-                part = [row[: p.k] for row in hits[start : start + len(p.queries)]]
-                start += len(p.queries)
-                if not p.future.done():
-                    p.future.set_result(part)
+                    try:
+                        await self._search([p])
+                    except Exception as own:  # noqa: BLE001 - this request's own failure, told to it alone
+                        self._fail(p, own)
 
+    def _fail(self, p: _Pending, error: Exception) -> None:
+        self.stats["errors"] += 1
+        if not p.future.done():
+            p.future.set_exception(error)
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    async def _search(self, batch: list[_Pending]) -> None:
+        """One batched search for `batch`; each request gets its slice. Raises if the retriever fails."""
+        queries = [q for p in batch for q in p.queries]
+        k = max(p.k for p in batch)
+        hits = await asyncio.to_thread(self.retriever.search, queries, k)
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["queries"] += len(queries)
+        self.stats["max_batch_requests"] = max(self.stats["max_batch_requests"], len(batch))
+        start = 0
+        for p in batch:
+            part = [row[: p.k] for row in hits[start : start + len(p.queries)]]
+            start += len(p.queries)
+            if not p.future.done():
+                p.future.set_result(part)
 
 
 def make_app(
-    retriever: Retriever, limits: Limits | None = None, batch_window_ms: float = 2.0, max_batch: int = 512
+    retriever: Retriever,
+    limits: Limits | None = None,
+    batch_window_ms: float = 2.0,
+    max_batch: int = 512,
+    api_key: str | None = None,
+    docs: bool = False,
+    read_timeout: float = 30.0,
 ) -> FastAPI:
-    """A FastAPI app serving `retriever` at POST /retrieve (Search-R1's contract) and GET /health."""
+    """A FastAPI app serving `retriever` at POST /retrieve (Search-R1's contract) and GET /health.
+
+    With `api_key`, every route but /health answers 401 unless the request carries `Authorization: Bearer
+    KEY`. FastAPI's /docs, /redoc and /openapi.json are off unless `docs`: they describe the service to
+    whoever finds the port. A body must arrive within `read_timeout` seconds (408 otherwise)."""
     limits = limits or Limits()
     batcher = MicroBatcher(retriever, window_ms=batch_window_ms, max_batch=max_batch)
 
@@ -205,8 +229,17 @@ def make_app(
         yield
         await batcher.stop()
 
-    app = FastAPI(title="ragteam retriever", lifespan=lifespan)
+    app = FastAPI(
+        title="ragteam retriever",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
     app.state.batcher = batcher
+    app.state.api_key_required = bool(api_key)
+    if api_key:
+        app.add_middleware(BearerAuth, key=api_key, error=lambda message: {"error": message})
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:
@@ -221,13 +254,18 @@ def make_app(
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
-        raw = await _read_body(request, limits.max_body_bytes)
+        try:
+            raw = await read_body(request, limits.max_body_bytes, read_timeout)
+        except BodyError as e:
+            raise RequestError(e.status, e.message) from None
         try:
             payload = json.loads(raw)
         except UnicodeDecodeError:
             raise RequestError(400, "the body is not UTF-8 text") from None
         except json.JSONDecodeError as e:
             raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        except RecursionError:
+            raise RequestError(400, "malformed JSON: nested too deeply") from None
         queries, topk, return_scores = validate_request(payload, limits)
         try:
             hits = await batcher.submit(queries, topk)

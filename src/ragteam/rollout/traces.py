@@ -6,11 +6,18 @@ batch; `TraceWriter` appends as episodes finish, one flushed line each (what eva
 Each finished episode is appended as one JSON line and flushed at once, so an interrupted eval loses at most
 the line being written. On restart `load_trace` reads what is there (the last record of a question wins),
 cuts off a truncated final line, and the eval runs only the questions without a finished episode.
+
+A bad line in the middle (a disk that filled up, two writers, an edited file) is not an interrupted write:
+`load_trace` stops with a `TraceError` naming the lines and saying how to recover, instead of guessing.
+With `drop_bad=True` (`ragteam eval --repair`) it keeps every intact episode, moves the bad lines to
+`episodes.jsonl.torn` (for inspection), and rewrites the trace without them, so that their questions run
+again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,11 +26,15 @@ from typing import IO, Self
 from ragteam.rollout.tree import Episode
 
 
+class TraceError(ValueError):
+    """A trace file with bad lines before its end; the message names them and how to recover."""
+
+
 def _parse(line: bytes, path: Path, lineno: int) -> Episode:
     try:
         return Episode.from_dict(json.loads(line.decode("utf-8")))
-    except (KeyError, ValueError, TypeError) as e:
-        raise ValueError(f"{path}:{lineno}: not an episode record ({e!r})") from None
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
+        raise ValueError(f"{path}:{lineno}: not an episode record ({repr(e)[:200]})") from None
 
 
 def read_episodes(path: str | Path) -> Iterator[Episode]:
@@ -42,12 +53,13 @@ def write_episodes(path: str | Path, episodes: Iterable[Episode], append: bool =
             f.write(ep.to_json() + "\n")
 
 
-def load_trace(path: str | Path, repair: bool = True) -> dict[str, Episode]:
+def load_trace(path: str | Path, repair: bool = True, drop_bad: bool = False) -> dict[str, Episode]:
     """Episodes of a trace file by question id (last record wins); {} if the file does not exist.
 
     A final line without its newline is an interrupted write: if it does not parse it is cut off the file
-    (`repair=True`) or ignored, if it parses its newline is added. A bad line anywhere else is an error
-    naming the file and line.
+    (`repair=True`) or ignored, if it parses its newline is added. A bad line anywhere else raises
+    `TraceError` naming the file, its bad lines and the way out, unless `drop_bad`: then the bad lines are
+    appended to `<trace>.torn` and the trace is rewritten with the intact ones (module docstring).
     """
     path = Path(path)
     if not path.exists():
@@ -56,10 +68,26 @@ def load_trace(path: str | Path, repair: bool = True) -> dict[str, Episode]:
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     episodes: dict[str, Episode] = {}
+    bad: list[tuple[int, str]] = []
     for lineno, line in enumerate(lines, 1):
         if line.strip():
-            ep = _parse(line, path, lineno)
+            try:
+                ep = _parse(line, path, lineno)
+            except ValueError as e:
+                bad.append((lineno, str(e)))
+                continue
             episodes[ep.question.id] = ep
+    if bad:
+        if not drop_bad:
+            where = ", ".join(str(n) for n, _ in bad[:10]) + (", ..." if len(bad) > 10 else "")
+            raise TraceError(
+                f"{bad[0][1]}\n{path}: {len(bad)} bad line(s) before the end of the file (line {where}); "
+                f"the file was damaged, not just interrupted. To recover, run the same command with --repair: "
+                f"it keeps the {len(episodes)} intact episodes, moves the bad lines to {path.name}.torn and runs "
+                "their questions again (or pass --overwrite to start over)"
+            )
+        _drop_lines(path, data, {n for n, _ in bad})
+        return load_trace(path, repair=repair)
     if tail.strip():
         try:
             ep = _parse(tail, path, len(lines) + 1)
@@ -73,6 +101,17 @@ def load_trace(path: str | Path, repair: bool = True) -> dict[str, Episode]:
                 with open(path, "ab") as f:
                     f.write(b"\n")
     return episodes
+
+
+def _drop_lines(path: Path, data: bytes, bad: set[int]) -> None:
+    """Rewrite `path` without the lines numbered in `bad` (1-based), appending those to `<path>.torn`."""
+    lines = data.split(b"\n")
+    with open(path.with_name(path.name + ".torn"), "ab") as torn:
+        torn.writelines(lines[n - 1] + b"\n" for n in sorted(bad))
+    kept = b"\n".join(line for n, line in enumerate(lines, 1) if n not in bad)
+    tmp = path.with_name(path.name + ".repairing")
+    tmp.write_bytes(kept)
+    os.replace(tmp, path)  # atomic: an interrupted repair leaves the old file, never half of it
 
 
 def finished_ids(episodes: dict[str, Episode]) -> set[str]:
