@@ -157,6 +157,19 @@ def test_collect_keeps_only_correct_paths():
     assert [r.provenance["node"] for r in rows] == [0, 1, 6, 10] and not counts
 
 
+def test_an_invalid_act_on_a_correct_path_is_relabeled_by_the_action_taken():
+    from ragteam.workflows.c3po.workflow import DECIDER
+
+    ep = scripted_tree()
+    rows, counts = sft_rows(ep, COVER.predicate(ep), relabel={"decider": DECIDER.write})
+    assert [r.provenance["node"] for r in rows] == [0, 1, 6, 10] and counts == Counter(relabeled=1)
+    node = ep.nodes[10]
+    assert rows[-1].target == DECIDER.write(node.action)  # the fallback the workflow executed, well formed
+    assert rows[-1].provenance["relabeled_from"] == node.text
+    rows, counts = sft_rows(ep, COVER.predicate(ep), relabel={"router": lambda a: "x"})  # not this role
+    assert counts == Counter(invalid_action=1)
+
+
 def test_nothing_is_kept_when_no_leaf_is_correct():
     ep = _episode([act(None, "router"), leaf(0, em=0.0), act(None, "router"), leaf(2, status="failed")])
     em = AcceptRule.parse("em").predicate(ep)
@@ -441,6 +454,9 @@ def test_collect_sft_c3po_end_to_end_and_resume(hotpot2, tmp_path, capsys):
     assert _collect("sft", hotpot2, out, "--workflow", "c3po", "--accept", "cover_em", "--limit", "2") == 0
     summary, _ = _check_sft_file(out, "cover_em")
     assert summary["engine_calls"] == {} and summary["accept"] == "cover_em"
+    assert _collect("sft", hotpot2, out, "--workflow", "c3po", "--limit", "2", "--relabel-invalid") == 0
+    summary, rows = _check_sft_file(out, "cover_em")
+    assert summary["engine_calls"] == {} and "invalid_action" not in summary["dropped"]
     # settings that change rollouts may not be mixed into one trace
     assert _collect("sft", hotpot2, out, "--workflow", "c3po", "--limit", "2", "--topk", "1") == 1
     assert "topk" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from scripted import drive, hits_for, prompt_text, question
 
+from ragteam.types import Action
 from ragteam.workflows.c3po import C3PO, prompts
 from ragteam.workflows.config import WorkflowConfig
 
@@ -179,3 +180,26 @@ def test_multiple_choice_options_reach_the_llm_and_the_answer_is_a_letter():
     t = drive(c3po(strategy="no_retrieval"), mc, llm="B. Holocaust 2000")
     assert "B. Holocaust 2000" in prompt_text(t.asks("answer")[0][0])
     assert t.answer.text == "B"
+
+
+@pytest.mark.parametrize(
+    ("role", "action", "fields"),
+    [
+        ("router", Action("no_retrieval"), {"question": "q"}),
+        ("router", Action("planning"), {"question": "q"}),
+        ("router", Action("retrieval", "who wrote hamlet"), {"question": "q"}),
+        ("filter", Action("select", [1, 3]), {"n_docs": 3}),
+        ("filter", Action("select", []), {"n_docs": 3}),
+        ("decider", Action("llm"), {"question": "q", "have_docs": True}),
+        ("decider", Action("retrieval", "birth year of the author"), {"question": "q", "have_docs": True}),
+    ],
+)
+def test_each_roles_canonical_reply_parses_back_to_its_action(role, action, fields) -> None:
+    """`write` is the parser's inverse: relabeled SFT targets are valid acts that do exactly that."""
+    from ragteam.workflows.c3po.parsers import parse_decider, parse_filter, parse_router
+    from ragteam.workflows.c3po.workflow import DECIDER, FILTER, ROUTER
+
+    spec = {"router": ROUTER, "filter": FILTER, "decider": DECIDER}[role]
+    parse = {"router": parse_router, "filter": parse_filter, "decider": parse_decider}[role]
+    parsed = parse(spec.write(action), **fields)
+    assert parsed.valid and (parsed.kind, parsed.value) == (action.kind, action.value)

@@ -47,6 +47,9 @@ class Role:
     max_tokens  tokens per reply (None: the engine's default)
     stop        stop strings
     docs        the field holding the prompt's ranked documents, which fitting may cut (None: no documents)
+    write       the canonical reply that parses to an action, `write(action) -> str` (None: not declared):
+                the parser's inverse up to free text, so a malformed reply the workflow recovered from can
+                be relabeled by what was done (`ragteam collect sft --relabel-invalid`)
     """
 
     name: str
@@ -55,6 +58,7 @@ class Role:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     docs: str | None = None
+    write: Callable[[Action], str] | None = None
 
     def act(self, **fields: Any) -> Act:
         """A request for the policy to play this role on the prompt rendered from `fields`."""

@@ -97,6 +97,11 @@ class CollectConfig(WorkflowConfig):
     keep_invalid: bool = Field(
         False, description="sft: keep replies that did not parse (the workflow fell back); default: drop"
     )
+    relabel_invalid: bool = Field(
+        False,
+        description="sft: a reply that did not parse becomes a row whose target is the canonical reply of "
+        "the action the workflow took instead (roles that declare `write`: C-3PO's); default: drop",
+    )
     min_overlap: int = Field(
         1,
         ge=1,

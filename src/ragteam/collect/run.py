@@ -36,7 +36,7 @@ SFT_FILE = "sft.jsonl"
 PAIRS_FILE = "pairs.jsonl"
 SUMMARY_FILE = "summary.json"
 
-RESUME_IGNORED = RUN_IGNORED | {"accept", "keep_invalid", "min_overlap"}
+RESUME_IGNORED = RUN_IGNORED | {"accept", "keep_invalid", "relabel_invalid", "min_overlap"}
 """Settings that only change how rows are made from the trees, so a resumed run may change them (on top of
 eval's: limit, offset, out, progress, batch sizes...)."""
 
@@ -82,6 +82,10 @@ def validate(cfg: CollectConfig) -> None:
 def collect_sft(cfg: CollectConfig, episodes: list[Episode], verdicts: Verdicts | None) -> tuple[list, dict]:
     """Rejection sampling: rows of the kept nodes of every tree, and the counts for the summary."""
     rule = AcceptRule.parse(cfg.accept)
+    from ragteam.eval.setup import build_workflow
+
+    roles = build_workflow(cfg.run_config()).roles
+    writers = {role.name: role.write for role in roles if role.write is not None}
     rows: list = []
     dropped: Counter = Counter()
     sampled: Counter = Counter()
@@ -94,6 +98,7 @@ def collect_sft(cfg: CollectConfig, episodes: list[Episode], verdicts: Verdicts 
             value=lambda leaf, ep=ep: rule.value(ep, leaf, verdicts),
             teacher=cfg.teacher_name,
             keep_invalid=cfg.keep_invalid,
+            relabel=writers if cfg.relabel_invalid else None,
         )
         rows += got
         dropped.update(why)

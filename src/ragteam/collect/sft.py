@@ -9,7 +9,10 @@ Each kept node is one row: its role, its prompt exactly as the policy saw it (`n
 fitting to the context) and its reply (`node.completion.text`, a forced prefix included: C-3PO's forced
 `[No Retrieval]` is the router's reply on that branch). Nodes whose reply did not parse (`action.valid`
 false: the workflow fell back) are dropped unless `keep_invalid`, so the policy does not learn malformed
-output; empty replies are always dropped (the trainer rejects them).
+output; empty replies are always dropped (the trainer rejects them). With `relabel` (role name -> the
+role's `write`), such a node is kept instead with the canonical reply of the action the workflow took
+(its fallback) as the target, the original reply recorded in the provenance: a model too weak to write the
+format still shows, on its correct paths, which actions led there (relabeling by the executed action).
 
 Everything here is pure: an episode and a leaf predicate in, rows and counts out.
 """
@@ -22,6 +25,7 @@ from typing import Any
 
 from ragteam.collect.rows import SFTRow, dedupe
 from ragteam.rollout.tree import Episode, Node
+from ragteam.types import Action
 
 LeafTest = Callable[[Node], bool]
 """Whether an answer leaf is correct (see `ragteam.collect.accept.AcceptRule.predicate`)."""
@@ -57,6 +61,7 @@ def sft_rows(
     source: str = "rejection_sampling",
     teacher: str = "",
     keep_invalid: bool = False,
+    relabel: dict[str, Callable[[Action], str]] | None = None,
 ) -> tuple[list[SFTRow], Counter]:
     """SFT rows of the kept nodes of one episode (deduplicated), and counts of what was dropped and why.
 
@@ -74,9 +79,14 @@ def sft_rows(
         if not text.strip():
             counts["empty_reply"] += 1
             continue
+        relabeled = None
         if node.action is not None and not node.action.valid and not keep_invalid:
-            counts["invalid_action"] += 1
-            continue
+            writer = (relabel or {}).get(node.role)
+            if writer is None:
+                counts["invalid_action"] += 1
+                continue
+            relabeled, text = text, writer(node.action)
+            counts["relabeled"] += 1
         leaves = below[node.id]
         good = {leaf.id for leaf in leaves if leaf.status == "ok" and accept(leaf)}
         score = value or (lambda leaf, good=good: 1.0 if leaf.id in good else 0.0)
@@ -91,6 +101,8 @@ def sft_rows(
             "leaves": len(leaves),
             "teacher": teacher,
         }
+        if relabeled is not None:
+            provenance["relabeled_from"] = relabeled
         if node.completion is not None and node.completion.forced_tokens:
             provenance["forced"] = (node.sampling or {}).get("prefix", True)
         rows.append(SFTRow(node.role, list(node.messages), text, episode.question.id, provenance))

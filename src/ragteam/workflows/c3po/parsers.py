@@ -169,3 +169,25 @@ def parse_decider(text: str, question: str = "", have_docs: bool = False) -> Act
             error=f"[Retrieval] without a subquery; {fallback}",
         )
     return Action("retrieval", query)
+
+
+# ---- the inverse: the canonical reply of an action (a valid act that does exactly this) ------------------
+
+
+def write_router(action: Action) -> str:
+    """`[No Retrieval]`, `[Planning]` or `[Retrieval] <query>`."""
+    if action.kind == "no_retrieval":
+        return "[No Retrieval]"
+    if action.kind == "planning":
+        return "[Planning]"
+    return f"[Retrieval] {action.value}"
+
+
+def write_filter(action: Action) -> str:
+    """`Action: [ids]`, the kept documents' numbers as the prompt numbers them."""
+    return f"Action: [{', '.join(str(i) for i in action.value or [])}]"
+
+
+def write_decider(action: Action) -> str:
+    """`Action: [Retrieval] <subquery>` or `Action: [LLM]`."""
+    return "Action: [LLM]" if action.kind == "llm" else f"Action: [Retrieval] {action.value}"

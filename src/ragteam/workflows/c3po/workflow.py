@@ -31,7 +31,15 @@ from ragteam.protocol import Acted, Answer, BudgetExceeded, Episodic, Retrieve, 
 from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.baselines import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
-from ragteam.workflows.c3po.parsers import extract_thought, parse_decider, parse_filter, parse_router
+from ragteam.workflows.c3po.parsers import (
+    extract_thought,
+    parse_decider,
+    parse_filter,
+    parse_router,
+    write_decider,
+    write_filter,
+    write_router,
+)
 from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64
@@ -82,9 +90,9 @@ def _answer_messages(question: str, docs: list[Doc], options: str = "") -> list[
     return prompts.messages(prompts.answer_prompt(question, docs, options))
 
 
-ROUTER = Role("router", _router_messages, _parse_router, max_tokens=ROUTER_MAX_TOKENS)
-FILTER = Role("filter", _filter_messages, _parse_filter, stop=STOP, docs="docs")
-DECIDER = Role("decider", _decider_messages, _parse_decider, stop=STOP, docs="docs")
+ROUTER = Role("router", _router_messages, _parse_router, max_tokens=ROUTER_MAX_TOKENS, write=write_router)
+FILTER = Role("filter", _filter_messages, _parse_filter, stop=STOP, docs="docs", write=write_filter)
+DECIDER = Role("decider", _decider_messages, _parse_decider, stop=STOP, docs="docs", write=write_decider)
 ROADMAP = Role("roadmap", _roadmap_messages)
 ANSWER = Role("answer", _answer_messages, docs="docs")
 
