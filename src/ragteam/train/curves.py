@@ -63,6 +63,8 @@ def write_curves(out: str | Path, name: str = "curves.png") -> Path | None:
                     ax.plot(*zip(*pts), marker=".", label=role)
         if ax.has_data():
             ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "not recorded in this run", ha="center", va="center", transform=ax.transAxes)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(out) / name
