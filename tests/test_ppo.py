@@ -332,3 +332,30 @@ def test_micro_batches_group_similar_lengths_and_rows_are_no_wider_than_the_long
     assert split == [[0, 4], [2, 5, 3, 1]]  # longest first, about 70 tokens each
     batch = pack_samples([samples[i] for i in split[1]])  # widths 32, 11, 10, 9 -> rows of 32
     assert batch.input_ids.shape == (2, 32)  # the three short ones share the second row
+
+
+def test_c3po_recipe_trains_on_its_tree_with_monte_carlo_credit(hotpot_small: Path, tmp_path: Path) -> None:
+    """The c3po recipe: the router's three forced strategies fork the tree; each act's reward is the mean of
+    the leaves below it (tree_mc); every role's acts are trained in one update."""
+    from ragteam.credit import leaf_reward, leaves_below
+    from ragteam.train import ppo
+
+    cfg = with_recipe(
+        tiny_cfg(
+            hotpot_small, tmp_path / "run", recipe="c3po", iterations=1, questions_per_iteration=1,
+            topk=1, max_rounds=1, llm={"model": "tiny"},
+            rollout={"max_tokens": 12, "llm_max_tokens": 8, "forks": "c3po", "temperature": 1.0},
+        )
+    )  # fmt: skip
+    assert (cfg.ppo.credit, cfg.ppo.lr, cfg.ppo.kl_beta) == ("tree_mc", 5e-7, 0.005)  # Table 7
+    run = ppo.build(cfg)
+    (episode,) = ppo.rollout(run, 0)
+    routers = [n for n in episode.policy_nodes() if n.role == "router"]
+    assert sorted(n.action.kind for n in routers) == ["no_retrieval", "planning", "retrieval"]
+    samples, _ = ppo.credit(run, [episode])
+    below = leaves_below(episode)
+    for s in samples:
+        leaves = below[s.node]
+        assert s.reward == pytest.approx(sum(leaf_reward(lf, "cover_em") for lf in leaves) / len(leaves))
+    meters = ppo.update(run, ppo.advantages(run, samples), 0)
+    assert {"router", "filter", "decider"} <= set(meters.means()[1])
