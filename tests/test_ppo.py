@@ -238,7 +238,8 @@ def test_the_trained_policy_loads_back_as_a_policy(hotpot_small: Path, tmp_path:
     from ragteam.train import ppo
 
     out = ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "run", iterations=1, eval_data=str(hotpot_small),
-                                 eval_offset=12, eval_limit=2))  # fmt: skip
+                                 eval_offset=12, eval_limit=2, tensorboard=True))  # fmt: skip
+    assert list((out / "runs").glob("events.out.tfevents.*"))  # per-role scalars for TensorBoard
     row = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
     assert set(row["seconds"]) == set(ppo.PHASES)
     assert row["eval"]["questions"] == 2 and "selector" in row["eval"]["invalid"]["by_role"]

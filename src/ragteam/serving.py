@@ -29,11 +29,37 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, Any, Self
+from typing import IO, Any, Literal, Self
+
+from pydantic import Field
+
+from ragteam.config import Config
 
 API_KEY_ENV = "RAGTEAM_API_KEY"  # the key a server requires when --api-key is not given
 READ_TIMEOUT_S = 30.0  # a request's head, then its body, must arrive within this many seconds
 MAX_CONNECTIONS = 512  # open connections at most; the next request is answered 503
+
+
+class ServerConfig(Config):
+    """What `ragteam serve llm` and `ragteam serve retriever` share: where to listen and how to guard it."""
+
+    host: str = Field("127.0.0.1", description="interface to listen on (0.0.0.0 for every interface)")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
+    api_key: str | None = Field(
+        None,
+        description="require 'Authorization: Bearer KEY' on every route but /health "
+        "(default: $RAGTEAM_API_KEY; unset: no key, and a warning when --host is not loopback)",
+    )
+    docs: bool = Field(False, description="serve FastAPI's /docs, /redoc and /openapi.json")
+    read_timeout: float = Field(
+        READ_TIMEOUT_S, gt=0, description="seconds a client has to send a request's head, then its body"
+    )
+    max_connections: int = Field(
+        MAX_CONNECTIONS, ge=1, description="open connections at most; requests beyond answered 503"
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "warning", description="uvicorn log level"
+    )
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -13,10 +13,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from ragteam.config import Config as BaseConfig
+from ragteam.serving import ServerConfig
 
 
-class Config(BaseConfig):
+class Config(ServerConfig):
     """Settings of `ragteam serve llm`."""
 
     model: str = Field(
@@ -27,8 +27,6 @@ class Config(BaseConfig):
     served_name: str | None = Field(
         None, description="model name clients must send (default: the --model value, or the folder's name)"
     )
-    host: str = Field("127.0.0.1", description="interface to listen on (0.0.0.0 for every interface)")
-    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weight dtype")
     threads: int | None = Field(
@@ -48,21 +46,6 @@ class Config(BaseConfig):
         False,
         description='accept POST /v1/load_weights {"path": DIR} (a PPO trainer pushing its policy); '
         "anyone who reaches the port could replace the model",
-    )
-    api_key: str | None = Field(
-        None,
-        description="require 'Authorization: Bearer KEY' on every route but /health "
-        "(default: $RAGTEAM_API_KEY; unset: no key, and a warning when --host is not loopback)",
-    )
-    docs: bool = Field(False, description="serve FastAPI's /docs, /redoc and /openapi.json")
-    read_timeout: float = Field(
-        30.0, gt=0, description="seconds a client has to send a request's head, then its body"
-    )
-    max_connections: int = Field(
-        512, ge=1, description="open connections at most; requests beyond answered 503"
-    )
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
-        "warning", description="uvicorn log level"
     )
 
 

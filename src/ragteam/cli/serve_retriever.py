@@ -14,10 +14,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from ragteam.config import Config as BaseConfig
+from ragteam.serving import ServerConfig
 
 
-class Config(BaseConfig):
+class Config(ServerConfig):
     """Settings of `ragteam serve retriever`."""
 
     index: str = Field(..., description="index folder built by `ragteam index`")
@@ -25,8 +25,6 @@ class Config(BaseConfig):
         None,
         description="retriever to serve (default: hybrid when the folder has both indexes, else its one)",
     )
-    host: str = Field("127.0.0.1", description="interface to listen on (0.0.0.0 for every interface)")
-    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
     dense_backend: Literal["exact", "faiss"] = Field(
         "exact", description="dense search: exact or faiss (HNSW)"
     )
@@ -38,21 +36,6 @@ class Config(BaseConfig):
         2.0, ge=0, description="how long to gather concurrent requests into a batch"
     )
     max_batch: int = Field(512, ge=1, description="most queries searched in one batch")
-    api_key: str | None = Field(
-        None,
-        description="require 'Authorization: Bearer KEY' on every route but /health "
-        "(default: $RAGTEAM_API_KEY; unset: no key, and a warning when --host is not loopback)",
-    )
-    docs: bool = Field(False, description="serve FastAPI's /docs, /redoc and /openapi.json")
-    read_timeout: float = Field(
-        30.0, gt=0, description="seconds a client has to send a request's head, then its body"
-    )
-    max_connections: int = Field(
-        512, ge=1, description="open connections at most; requests beyond answered 503"
-    )
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
-        "warning", description="uvicorn log level"
-    )
 
 
 def run(cfg: Config) -> int:

@@ -70,12 +70,13 @@ def select_questions(questions: list[Question], offset: int, limit: int | None) 
     return chosen
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    """A nested dict as one level of `a.b.c` keys (`sep` joins the names)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            out.update(flatten(v, key + sep, sep))
         else:
             out[key] = v
     return out
@@ -90,7 +91,7 @@ def config_differences(
     def keep(key: str) -> bool:
         return not any(key == ign or key.startswith(ign + ".") for ign in ignored)
 
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     return sorted(k for k in set(a) | set(b) if keep(k) and a.get(k) != b.get(k))
 
 
@@ -106,7 +107,7 @@ def check_resumable(cfg: BaseModel, out: Path, ignored: Iterable[str] = RESUME_I
     new = cfg.model_dump(mode="json")
     diff = config_differences(old, new, ignored)
     if diff:
-        a, b = _flatten(old), _flatten(new)
+        a, b = flatten(old), flatten(new)
         shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:6])
         raise ValueError(
             f"{out} holds episodes of another configuration (differs in {shown}); to resume, keep those "

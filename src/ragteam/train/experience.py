@@ -180,20 +180,7 @@ def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_i
 def micro_batches(samples: Sequence[Sample], idx: Sequence[int], tokens: int) -> list[list[int]]:
     """Split the samples `idx` into forward batches of about `tokens` tokens each (a sample longer than that
     goes alone), longest first, so that the rows of one batch have similar lengths (little padding)."""
-    order = sorted(idx, key=lambda i: (-samples[i].length, i))
-    out: list[list[int]] = []
-    current: list[int] = []
-    used = 0
-    for i in order:
-        n = samples[i].length
-        if current and used + n > tokens:
-            out.append(current)
-            current, used = [], 0
-        current.append(i)
-        used += n
-    if current:
-        out.append(current)
-    return out
+    return _fill(sorted(idx, key=lambda i: (-samples[i].length, i)), samples, tokens)
 
 
 def minibatches(
@@ -204,12 +191,17 @@ def minibatches(
     order = list(range(len(samples)))
     if generator is not None:
         order = torch.randperm(len(samples), generator=generator).tolist()
+    return _fill(order, samples, max_tokens)
+
+
+def _fill(order: Sequence[int], samples: Sequence[Sample], tokens: int) -> list[list[int]]:
+    """Consecutive groups of `order` holding at most `tokens` tokens each (a longer sample goes alone)."""
     out: list[list[int]] = []
     current: list[int] = []
     used = 0
     for i in order:
         n = samples[i].length
-        if current and used + n > max_tokens:
+        if current and used + n > tokens:
             out.append(current)
             current, used = [], 0
         current.append(i)

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from ragteam.credit import get_credit
+from ragteam.eval.folder import flatten
 from ragteam.eval.scores import bootstrap_ci, episode_scores
 from ragteam.rollout.tree import Episode
 from ragteam.train.actor_critic import ActorCritic, completion_logprobs
@@ -546,23 +547,13 @@ def _tensorboard(run: Run):
     return SummaryWriter(str(run.out / "runs"))
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "/"))
-        elif isinstance(v, int | float) and not isinstance(v, bool):
-            out[key] = float(v)
-    return out
-
-
 def log_iteration(run: Run, row: dict[str, Any]) -> None:
     with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
     if run.tb is not None:
-        for key, value in _flat(row).items():
-            if key not in ("step", "iteration", "time"):
+        for key, value in flatten(row, sep="/").items():
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            if numeric and key not in ("step", "iteration", "time"):
                 run.tb.add_scalar(key, value, row["step"])
         run.tb.flush()
     r, t = row["reward"], row.get("train", {})
