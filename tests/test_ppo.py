@@ -323,6 +323,15 @@ def test_load_weights_refuses_a_folder_that_does_not_fit(tmp_path: Path) -> None
         assert r.status_code == 400 and "not.a.weight" in r.text
         r = httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": str(tmp_path / "none")})
         assert r.status_code == 400 and "no *.safetensors" in r.text
+        # one push per weight version: an evaluation's push is not repeated by the next rollout
+        from ragteam.train.sync import PushToServer
+
+        sync = PushToServer.for_base_url(srv.url, tmp_path / "sync")
+        policy = LocalChatModel("tiny").model
+        sync.push(policy, 1)
+        sync.push(policy, 1)
+        sync.push(policy, 2)
+        assert sync.pushes == 2 and sync.pushed == 2
     with BackgroundServer(make_app(LocalChatModel("tiny"), "tiny")) as srv:  # off by default
         assert httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": "x"}).status_code == 404
 

@@ -122,6 +122,20 @@ class _Row:
     text: str | None = None
 
 
+def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Every tensor of the `*.safetensors` files in `folder` (a model saved by `save_pretrained`, sharded
+    or not); FileNotFoundError when there are none."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors weights to load")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f), device=device))
+    return state
+
+
 class LocalChatModel:
     """A Hugging Face causal LM answering `ChatRequest`s in left-padded batches of up to `max_batch_size` rows."""
 
@@ -262,14 +276,7 @@ class LocalChatModel:
         Why: a PPO trainer that rolls out through a server pushes its weights after every update. The
         tensors must match the model's names and shapes; tied weights (SmolLM2's output head) may be absent.
         """
-        from safetensors.torch import load_file
-
-        files = sorted(Path(folder).glob("*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"{folder}: no *.safetensors weights to load")
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f), device=str(self.device)))
+        state = read_weights(folder, device=str(self.device))
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:

@@ -103,15 +103,9 @@ class ActorCritic(nn.Module):
 
     def load_critic(self, folder: str | Path) -> None:
         """Load the critic saved by `save` (its trunk weights and value head) into this module."""
+        from ragteam.llm.local import read_weights
+
         critic = Path(folder) / "critic"
         if self.critic_trunk is not None:
-            from safetensors.torch import load_file
-
-            files = sorted(critic.glob("*.safetensors"))
-            if not files:
-                raise FileNotFoundError(f"{critic}: no critic weights (*.safetensors)")
-            state = {}
-            for f in files:
-                state.update(load_file(str(f)))
-            self.critic_trunk.load_state_dict(state)
+            self.critic_trunk.load_state_dict(read_weights(critic))
         self.value_head.load_state_dict(torch.load(critic / VALUE_HEAD, map_location="cpu"))

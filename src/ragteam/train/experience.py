@@ -122,15 +122,6 @@ class Packed:
             self.completion_ids.to(device),
         )
 
-    @property
-    def tokens(self) -> int:
-        """Real (non-padding) tokens in the rows: the forward's work."""
-        return sum(s.length for s in self.samples)
-
-    def per_sample(self, values: Sequence[float] | Tensor) -> Tensor:
-        """A [B] float tensor of one value per sample (e.g. rewards), on the batch's device."""
-        return torch.as_tensor(values, dtype=torch.float32, device=self.input_ids.device)
-
 
 def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_id: int = 0) -> Packed:
     """Pack `samples` (in the given order) into rows of at most `max_tokens` tokens (default: the longest

@@ -251,7 +251,7 @@ def rollout(run: Run, iteration: int) -> list[Episode]:
     from ragteam.metrics.answer import score_answer
 
     cfg = run.cfg
-    run.sync.push(run.ac.policy, iteration)  # a served policy gets the current weights (in-process: no-op)
+    run.sync.push(run.ac.policy, iteration)  # a served policy gets the weights after `iteration` updates
     batch = iteration_questions(run.questions, iteration, cfg.questions_per_iteration, cfg.seed)
     run.engine.config = cfg.rollout.model_copy(update={"seed": cfg.seed * 1_000_003 + iteration})
     report = run.engine.run(
@@ -611,13 +611,13 @@ def train_ppo(cfg: PPOConfig) -> Path:
                 run.scheduler.step()  # every act skipped: nothing to learn, the schedule still advances
         kl_mean = float(masked_mean(exp.kl, exp.mask)) if exp is not None else 0.0
         run.kl.update(kl_mean, 1)
+        run.state["iteration"] = it + 1  # updates done
 
         with timer("evaluate"):
             due = bool(cfg.eval_every) and (it + 1) % cfg.eval_every == 0
             ev = evaluate(run) if due or last else {}
 
         row = iteration_row(run, it, episodes, exp, samples, skipped, meters, generated, kl_mean, ev, lrs)
-        run.state["iteration"] = it + 1
         with timer("checkpoint"):
             if (it + 1) % cfg.save_every == 0 or last:
                 save_checkpoint(run, it + 1, row)

@@ -21,7 +21,8 @@ __all__ = ["PushToServer", "SharedModule", "WeightSync"]
 
 class WeightSync(Protocol):
     def push(self, policy: Any, iteration: int) -> None:
-        """Make the rollout backend use `policy`'s current weights before iteration `iteration` rolls out."""
+        """Make the rollout backend use `policy`'s weights as they are after `iteration` updates (a second
+        push for the same iteration may be skipped)."""
 
 
 class SharedModule:
@@ -41,6 +42,7 @@ class PushToServer:
         self.timeout = timeout
         self.retries = retries
         self.pushes = 0
+        self.pushed: int | None = None  # the iteration whose weights the server holds
 
     @classmethod
     def for_base_url(cls, base_url: str, folder: str | Path) -> PushToServer:
@@ -50,6 +52,8 @@ class PushToServer:
         return cls(base + "/load_weights", folder)
 
     def push(self, policy: Any, iteration: int) -> None:
+        if iteration == self.pushed:
+            return  # these weights are on the server already (an evaluation pushed them before this rollout)
         self.folder.mkdir(parents=True, exist_ok=True)
         policy.save_pretrained(self.folder, safe_serialization=True)
         error: str = ""
@@ -58,6 +62,7 @@ class PushToServer:
                 r = httpx.post(self.url, json={"path": str(self.folder)}, timeout=self.timeout)
                 if r.status_code == 200:
                     self.pushes += 1
+                    self.pushed = iteration
                     return
                 error = f"HTTP {r.status_code}: {r.text[:300]}"
                 if r.status_code < 500:
