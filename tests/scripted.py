@@ -70,7 +70,7 @@ def drive(
     max_steps: int = 200,
 ) -> Trace:
     """Run `workflow` on `question`. `policy[role]` is a list consumed in order (its last entry repeats), a
-    fixed string, or a function of the Act. From act number `max_acts` on, `BudgetExceeded` is thrown instead
+    fixed string, or a function of the Act; an act's forced prefix (`Act.prefix`) is put before it. From act number `max_acts` on, `BudgetExceeded` is thrown instead
     of a result, as the engine does. Raises AssertionError if the workflow runs for more than `max_steps`."""
     policy = policy or {}
     used: dict[str, int] = {}
@@ -94,6 +94,7 @@ def drive(
                     text = script[min(i, len(script) - 1)] if script else ""
                 else:
                     text = script
+                text = request.prefix + text  # a forced prefix starts the reply, as the engine's backends do
                 result: Any = Acted(text=text, action=request.parse(text), node_id=acts, act=request)
                 acts += 1
             elif isinstance(request, AskLLM):

@@ -280,8 +280,9 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
         tiny_cfg(Path("q"), Path("o"), ppo={"reward": "judge"})
 
 
-def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: Path) -> None:
-    """--policy.backend openai: rollouts come from `serve llm`, which loads the weights after each update."""
+def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: Path, monkeypatch) -> None:
+    """--policy.backend openai: rollouts come from `serve llm`, which loads the weights after each update
+    (the server wants an API key: rollouts and weight pushes both send the policy's)."""
     from safetensors.torch import load_file
 
     from ragteam.llm.config import ModelConfig
@@ -291,9 +292,13 @@ def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: 
     from ragteam.train import ppo
 
     served = LocalChatModel("tiny")
-    with BackgroundServer(make_app(served, "tiny", allow_weight_updates=True)) as srv:
+    monkeypatch.setenv("RAGTEAM_TEST_POLICY_KEY", "sesame")
+    with BackgroundServer(make_app(served, "tiny", allow_weight_updates=True, api_key="sesame")) as srv:
         cfg = tiny_cfg(hotpot_small, tmp_path / "run", iterations=2)
-        cfg = cfg.model_copy(update={"policy": ModelConfig(backend="openai", base_url=srv.url, model="tiny")})
+        policy = ModelConfig(
+            backend="openai", base_url=srv.url, model="tiny", api_key_env="RAGTEAM_TEST_POLICY_KEY"
+        )
+        cfg = cfg.model_copy(update={"policy": policy})
         cfg.ppo.lr = cfg.ppo.critic_lr = 1e-3  # set explicitly: the recipe keeps its other values
         out = ppo.train_ppo(cfg)
         rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
@@ -332,6 +337,12 @@ def test_load_weights_refuses_a_folder_that_does_not_fit(tmp_path: Path) -> None
         sync.push(policy, 1)
         sync.push(policy, 2)
         assert sync.pushes == 2 and sync.pushed == 2
+    with BackgroundServer(
+        make_app(LocalChatModel("tiny"), "tiny", allow_weight_updates=True, api_key="k")
+    ) as srv:
+        with pytest.raises(RuntimeError, match="401"):  # a keyed server refuses a push without its key
+            PushToServer.for_base_url(srv.url, tmp_path / "sync2").push(policy, 1)
+        PushToServer.for_base_url(srv.url, tmp_path / "sync3", api_key="k").push(policy, 1)
     with BackgroundServer(make_app(LocalChatModel("tiny"), "tiny")) as srv:  # off by default
         assert httpx.post(srv.url.rstrip("/") + "/v1/load_weights", json={"path": "x"}).status_code == 404
 

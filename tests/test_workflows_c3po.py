@@ -29,12 +29,43 @@ def test_forced_no_retrieval_asks_only_the_llm():
     assert t.answer.info["strategy"] == "no_retrieval" and t.answer.info["forced"] is True
 
 
-def test_forced_retrieval_searches_the_question_then_filters():
-    t = drive(c3po(strategy="retrieval", topk=4), Q, policy={"filter": "Thought: ok\nAction: [2]"})
-    assert t.roles() == ["filter"]
-    assert t.queries() == [Q.question]
+def test_forced_retrieval_lets_the_proxy_write_the_query_after_a_forced_prefix():
+    """Table 3's fixed [Retrieval]: the router is asked with its reply forced to start with [Retrieval];
+    the query is the proxy's continuation, and the router act is recorded (depth 2 with the filter)."""
+    t = drive(
+        c3po(strategy="retrieval", topk=4),
+        Q,
+        policy={"router": " director of Holocaust 2000", "filter": "Thought: ok\nAction: [2]"},
+    )
+    assert t.roles() == ["router", "filter"]
+    ((router, acted),) = t.acts("router")
+    assert router.prefix == "[Retrieval]" and acted.text == "[Retrieval] director of Holocaust 2000"
+    assert acted.action.valid and t.queries() == ["director of Holocaust 2000"]  # not the question
     assert t.searches()[0][0].k == 4
-    assert t.answer.info["strategy"] == "retrieval" and t.answer.info["rounds"] == 1
+    info = t.answer.info
+    assert info["strategy"] == "retrieval" and info["forced"] is True and info["rounds"] == 1
+    assert info["depth"] == 2 and info["invalid"] == 0
+
+
+def test_forced_retrieval_whatever_the_proxy_writes_still_retrieves():
+    """A continuation that names another strategy or no query cannot leave the forced strategy: the
+    router's parser reads the forced tag first, and a missing query falls back to the question."""
+    for reply, query in (("", Q.question), ("[Planning]", "[Planning]"), ("\n\n", Q.question)):
+        t = drive(c3po(strategy="retrieval"), Q, policy={"router": reply, "filter": "Action: [1]"})
+        assert t.answer.info["strategy"] == "retrieval" and t.queries() == [query], reply
+        assert t.roles() == ["router", "filter"]
+
+
+def test_other_forced_strategies_do_not_ask_the_router():
+    for strategy in ("no_retrieval", "planning"):
+        t = drive(c3po(strategy=strategy), Q, policy={"decider": "Action: [LLM]"})
+        assert "router" not in t.roles() and t.answer.info["strategy"] == strategy
+
+
+def test_forced_retrieval_stopped_by_the_budget_searches_the_question():
+    t = drive(c3po(strategy="retrieval"), Q, max_acts=0)
+    assert t.stopped() == ["router", "filter"] and t.queries() == [Q.question]
+    assert t.answer.info["strategy"] == "retrieval" and t.answer.info["depth"] == 0
 
 
 def test_forced_planning_asks_roadmap_then_loops():
@@ -108,9 +139,10 @@ def test_filter_ids_map_to_the_numbered_documents():
 
 
 def test_malformed_filter_keeps_every_document():
-    t = drive(c3po(strategy="retrieval", topk=3), Q, policy={"filter": "these all look fine"})
+    policy = {"router": " Holocaust 2000 director", "filter": "these all look fine"}
+    t = drive(c3po(strategy="retrieval", topk=3), Q, policy=policy)
     shown = [h.doc.id for h in t.searches()[0][1][0]]
-    assert t.answer.info["doc_ids"] == shown and t.answer.info["invalid"] == 1
+    assert t.answer.info["doc_ids"] == shown and t.answer.info["invalid"] == 1  # the filter's only
 
 
 # ---------------------------------------------------------------------- the planning loop
@@ -203,3 +235,92 @@ def test_each_roles_canonical_reply_parses_back_to_its_action(role, action, fiel
     parse = {"router": parse_router, "filter": parse_filter, "decider": parse_decider}[role]
     parsed = parse(spec.write(action), **fields)
     assert parsed.valid and (parsed.kind, parsed.value) == (action.kind, action.value)
+
+
+# ---------------------------------------------------------------------- Table 3's fixed [Retrieval], in the engine
+
+
+class Proxy:
+    """A fake policy that honours forced prefixes as the backends do (text = prefix + continuation) and
+    writes a query after `[Retrieval]`, `Action: [1]` as a filter; records every request."""
+
+    name = "proxy"
+
+    def __init__(self) -> None:
+        self.requests: list = []
+
+    def chat(self, requests):
+        from ragteam.llm.base import Completion
+
+        self.requests += requests
+        out = []
+        for r in requests:
+            reply = "" if not r.sample_after_prefix else " the proxy's own query"
+            if "Action: [" in r.messages[-1]["content"] and not r.prefix:
+                reply = "Thought: ok\nAction: [1]"
+            out.append(
+                [Completion(r.prefix + reply, forced_tokens=len(r.prefix)) for _ in range(r.sampling.n)]
+            )
+        return out
+
+
+def _run_forced(forks: str | list = ()):
+    from test_engine import CountingModel, CountingRetriever
+
+    from ragteam.rollout.config import RolloutConfig
+    from ragteam.rollout.engine import Engine
+
+    proxy, retriever = Proxy(), CountingRetriever()
+    cfg = RolloutConfig(forks=forks, temperature=1.0 if forks else 0.0)
+    engine = Engine(proxy, CountingModel("llm"), retriever, cfg)
+    (ep,) = engine.run(C3PO(WorkflowConfig(strategy="retrieval", topk=2)), [Q]).episodes
+    return proxy, retriever, ep
+
+
+def test_forced_retrieval_in_the_engine_records_a_router_node_with_the_proxys_query():
+    proxy, retriever, ep = _run_forced()
+    router = ep.policy_nodes()[0]
+    assert router.role == "router" and router.parent is None
+    assert router.sampling["prefix"] == "[Retrieval]" and router.sampling["sample_after_prefix"] is True
+    assert router.completion.text == "[Retrieval] the proxy's own query" and router.action.valid
+    assert retriever.calls[0][0] == ["the proxy's own query"]  # not the question
+    assert proxy.requests[0].prefix == "[Retrieval]"
+    (leaf,) = ep.leaves()
+    assert leaf.info["strategy"] == "retrieval" and leaf.info["forced"] is True and leaf.info["depth"] == 2
+
+
+def test_a_forced_strategy_stays_forced_in_the_c3po_tree():
+    """The act's own prefix replaces the tree rule's three forced strategies: one router child."""
+    _, _, ep = _run_forced(forks="c3po")
+    roots = [n for n in ep.policy_nodes() if n.parent is None]
+    assert [n.sampling["prefix"] for n in roots] == ["[Retrieval]"]
+    assert {leaf.info["strategy"] for leaf in ep.leaves()} == {"retrieval"}
+    assert len(ep.leaves()) == 2  # the filter (depth 2) forks in two, as the tree schedule says
+
+
+def test_forced_retrieval_with_the_tiny_model_forces_the_prefix_tokens_and_samples_the_rest():
+    from conftest import TEST_DEVICE
+    from test_engine import CountingRetriever
+
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.rollout.config import RolloutConfig
+    from ragteam.rollout.engine import Engine
+
+    tiny = LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=4)
+    retriever = CountingRetriever()
+    cfg = RolloutConfig(max_tokens=8, llm_max_tokens=4, temperature=1.0, seed=3)
+    (ep,) = (
+        Engine(tiny, tiny, retriever, cfg)
+        .run(C3PO(WorkflowConfig(strategy="retrieval", topk=2)), [Q])
+        .episodes
+    )
+    router = ep.policy_nodes()[0]
+    c = router.completion
+    prefix_ids = tiny.prefix_ids("[Retrieval]")
+    assert router.role == "router" and c.text.startswith("[Retrieval]")
+    assert c.forced_tokens == len(prefix_ids) > 0 and c.completion_ids[: c.forced_tokens] == prefix_ids
+    assert len(c.completion_ids) > c.forced_tokens and len(c.logprobs) == len(c.completion_ids)  # sampled on
+    searched = retriever.calls[0][0][0]
+    # the model's continuation is the query, or (unreadable) the parser's fallback to the question
+    assert searched == (router.action.value if router.action.valid else Q.question)
+    assert router.action.kind == "retrieval" and ep.leaves()[0].info["strategy"] == "retrieval"

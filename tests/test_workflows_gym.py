@@ -116,3 +116,26 @@ def prompt_text_of(messages) -> str:
 def test_unknown_agent_is_refused():
     with pytest.raises(ValueError, match="re2search"):
         GymAgent(WorkflowConfig(), agent="reflexion")
+
+
+@pytest.mark.parametrize("agent", ["react", "search-o1", "re2search"])
+def test_paper_last_step_uses_the_agents_own_template_and_may_end_unanswered(agent):
+    """RAG-Gym has no last-step template (`--last-step same`, the paper profile): every step may search;
+    a search at the last step ends the episode (Re2Search keeps its predicted answer)."""
+    t = drive(gym(agent, max_steps=3, last_step="same", topk=2), Q, policy={"actor": always_search})
+    assert len(t.acts()) == 3
+    assert all('"generated_query"' in prompt_text(a) for a, _ in t.acts())  # no answer-only template
+    info = t.answer.info
+    assert info["stop"] == "max_steps" and info["forced"] is False
+    assert info["searches"] == 2 and len(info["queries"]) == 3  # the last query is not run
+    assert t.answer.text == ("1990" if agent == "re2search" else "")
+    small = drive(gym(agent, max_steps=3, topk=2), Q, policy={"actor": always_search})
+    assert small.answer.info["stop"] == "forced" and small.answer.text == "2 June 2015"
+
+
+def test_paper_last_step_still_answers_when_the_actor_answers():
+    answer = out(predicted_answer="2 June 2015")
+    t = drive(
+        gym("react", max_steps=2, last_step="same"), Q, policy={"actor": [out(generated_query="q"), answer]}
+    )
+    assert t.answer.text == "2 June 2015" and t.answer.info["stop"] == "answer"

@@ -126,3 +126,45 @@ def test_multiple_choice_options_reach_the_generator():
     t = drive(mmoa(variant="s-g"), mc, policy={**GOOD, "generator": "(B)"})
     assert "B. Holocaust 2000" in prompt_text(t.acts("generator")[0][0])
     assert t.answer.text == "B"
+
+
+FIVE = ["Who directed it?", "When was he born?", "Where?", "Which studio?", "What year?"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\n".join(FIVE),  # one per line
+        "; ".join(FIVE),  # semicolons
+        " ".join(f"{i}. {s}" for i, s in enumerate(FIVE, 1)),  # inline numbering
+        " ".join(f"({i}) {s}" for i, s in enumerate(FIVE, 1)),
+        " ".join(f"Q{i}: {s}" for i, s in enumerate(FIVE, 1)),
+        " ".join(FIVE),  # one question after another
+        "Sub-questions:\n1. Who directed it? When was he born?\n2. Where?; Which studio?\n- What year?",  # mixed
+    ],
+)
+def test_rewriter_penalty_counts_subquestions_however_they_are_separated(text):
+    t = drive(mmoa(), Q, policy={**GOOD, "rewriter": text})
+    action = t.acts("rewriter")[0][1].action
+    assert action.value == FIVE and action.penalty == -0.5  # five, more than four
+    assert t.queries()[:5] == FIVE  # and each is searched on its own
+
+
+def test_a_number_inside_a_subquestion_is_not_a_separator():
+    text = "1. What did Apollo 11. achieve? 2. Who flew it?"
+    t = drive(mmoa(), Q, policy={**GOOD, "rewriter": text})
+    assert t.acts("rewriter")[0][1].action.value == ["What did Apollo 11. achieve?", "Who flew it?"]
+
+
+def test_paper_candidates_come_from_the_subquestions_only():
+    """MMOA-RAG 5.1.3 (`--profile paper`, fill_from_question off): the question itself is not searched, and
+    two sub-questions fill K = 10 with the top 5 of each, then their next hits."""
+    sub = ["Who directed Holocaust 2000?", "When did Alberto De Martino die?"]
+    t = drive(mmoa(fill_from_question=False), Q, policy=GOOD)
+    assert t.queries() == sub
+    assert t.answer.info["candidate_ids"] == [h.doc.id for s in sub for h in hits_for(s, 10)[:5]]
+    few = lambda q, k: hits_for(q, 3)  # noqa: E731 - each sub-question finds only 3 documents
+    short = drive(mmoa(fill_from_question=False), Q, policy=GOOD, retrieve=few)
+    assert len(short.answer.info["candidate_ids"]) == 6  # no backfill from the question
+    filled = drive(mmoa(), Q, policy=GOOD, retrieve=few)
+    assert t.queries() != filled.queries() and len(filled.answer.info["candidate_ids"]) == 9  # 3+3+3 of q

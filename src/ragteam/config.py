@@ -117,19 +117,25 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type[BaseModel], prefix: str = "") -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls: type[BaseModel], prefix: str = "", defaults: Any = None
+) -> None:
     """Add one flag per field of `cls` (recursing into nested models) to `parser`.
 
-    Fields marked `json_schema_extra={"positional": True}` become positional arguments.
+    Fields marked `json_schema_extra={"positional": True}` become positional arguments. `defaults` is the
+    enclosing field's default instance, so a nested flag's help shows the default its parent gives it
+    (collect's `--rollout.temperature` is 1, not RolloutConfig's 0).
     """
     for name, info in cls.model_fields.items():
         annotation, _ = _unwrap_optional(info.annotation)
         dest = f"{prefix}{name}"
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        if defaults is not None and hasattr(defaults, name):
+            default = getattr(defaults, name)
         if _is_model(annotation):
-            add_config_arguments(parser, annotation, prefix=f"{dest}.")
+            add_config_arguments(parser, annotation, prefix=f"{dest}.", defaults=default)
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        default = None if info.is_required() else info.get_default(call_default_factory=True)
         help_text = (info.description or "").replace("%", "%%")
         if info.is_required() and not extra.get("positional"):
             help_text += " (required)"

@@ -90,7 +90,10 @@ class Role:
         fields = {**(request.fields or {}), **changes}
         if isinstance(request, Act):
             return dataclasses.replace(
-                self.act(**fields), max_tokens=request.max_tokens, branch=request.branch
+                self.act(**fields),
+                max_tokens=request.max_tokens,
+                branch=request.branch,
+                prefix=request.prefix,
             )
         return dataclasses.replace(self.ask(**fields), max_tokens=request.max_tokens)
 
@@ -104,6 +107,10 @@ class Act:
 
     Result: `Acted`. Only `Act` nodes are trained; only they fork and keep one of N (`branch=False` pins
     one sample). `spec` and `fields` are set when the act comes from a declared `Role` (`Role.act`).
+    `prefix` forces the start of the reply and the policy writes the rest (C-3PO's fixed-strategy ablation:
+    `[Retrieval]`, then the policy's query): the engine sends it as the tree rollout sends a forced
+    strategy (`ChatRequest.prefix`), the reply's text starts with it, and the act's own prefix takes the
+    place of a fork rule's forced prefixes (`RolloutConfig.forks`).
     """
 
     role: str
@@ -112,6 +119,7 @@ class Act:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     branch: bool = True
+    prefix: str = ""
     spec: Role | None = field(default=None, compare=False, repr=False)
     fields: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 

@@ -175,6 +175,40 @@ async def read_body(request: Any, limit: int, timeout: float | None = READ_TIMEO
     return b"".join(chunks)
 
 
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready (`until_disconnect` cancelled the work)."""
+
+
+async def until_disconnect(request: Any, work: Any) -> Any:
+    """The result of the coroutine `work`, unless the client of `request` disconnects first: then `work` is
+    cancelled and ClientGone raised. Call it after the body was read.
+
+    Why: a generation queued or running for a client that has gone is work nobody will read; cancelling it
+    (a queued request is dropped from its batch, a running one stopped where the backend allows) frees the
+    model for the clients still waiting. Once the body is read, the server's `receive` only returns when
+    the connection closes (`http.disconnect`)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if watcher.done() and not watcher.cancelled():
+            watcher.exception()  # retrieved, so asyncio does not log it: the connection is gone either way
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    if task.cancelled():
+        raise ClientGone("the client disconnected")
+    return task.result()
+
+
+async def _disconnected(request: Any) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _deadline_protocol(read_timeout: float) -> type:
     """uvicorn's h11 protocol, closing a connection that has not sent a complete request head within
     `read_timeout` seconds of opening or of its last response.

@@ -1,36 +1,78 @@
-"""`ragteam demo`: the main job on the bundled data, end to end, offline.
+"""`ragteam demo`: from nothing to a trained team, offline, on the bundled HotpotQA questions.
 
-1. Index the paragraphs pooled from the bundled HotpotQA questions (BM25 + all-MiniLM-L6-v2; cached).
-2. Search it with the first question and print the top passages.
-3. Evaluate several workflows on the first questions with SmolLM2-135M-Instruct as both the policy and
-   the answering LLM, and print one table (EM, F1, cover-EM, seconds).
+The stages, each cached in `--out` so that a second run reuses what the first one finished:
 
-Each workflow's traces, metrics and report land in `--out/<workflow>/`; the table in `--out/summary.md`.
-Running the demo again resumes: finished questions are not rolled out twice.
+1. index   paragraphs pooled from the bundled questions (BM25 + all-MiniLM-L6-v2), built once
+2. search  one ranked list, to show the retriever
+3. before  the baselines and the three teams (C-3PO, MMOA-RAG, Re2Search), untrained, on the held-out questions
+4. sft     supervised warm start: MMOA-RAG's heuristic role labels on the training questions, then SFT
+           (`--full` adds C-3PO rows rejection-sampled from the proxy's own trees)
+5. ppo     a short multi-agent PPO run (the MMOA-RAG recipe) from the SFT model
+6. after   the three teams again, with the trained policy
+7. report  report.md and report.html: before/after table with intervals, training curves per role, C-3PO's
+           strategy ratio and depth histogram, traces to click through
+
+Held-out questions are the first `--questions` of the file; training uses questions from `TRAIN_OFFSET` on, so the
+two never overlap whatever the preset. SmolLM2-135M plays every policy role and the answering LLM.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ragteam.config import Config as BaseConfig
 from ragteam.llm.config import ModelConfig
 from ragteam.retrieval.config import RetrieverConfig
 
-DEMO_WORKFLOWS = ["direct", "standard-rag", "c3po", "mmoa", "gym:react"]
+BASELINES = ["direct", "standard-rag"]
+TEAMS = ["c3po", "mmoa", "gym:re2search"]
+TRAIN_OFFSET = 20  # training questions start here; held-out questions are 0..questions-1 (at most 20)
+
+# what the presets change; a flag given explicitly wins over its preset
+PRESETS: dict[str, dict[str, Any]] = {
+    "fast": {"questions": 4, "sft_steps": 4, "ppo_iterations": 1, "ppo_questions": 4},
+    "default": {"questions": 8, "sft_steps": 8, "ppo_iterations": 1, "ppo_questions": 6},
+    "full": {"questions": 20, "sft_steps": 30, "ppo_iterations": 4, "ppo_questions": 8, "c3po_sft": True},
+}
+
+# small-model settings every stage shares: 3 documents per act and short acts keep 2 CPU cores within budget
+WORKFLOW_SETTINGS: dict[str, Any] = {
+    "topk": 3,
+    "candidates": 3,
+    "variant": "s-g",
+    "max_rounds": 3,
+    "max_steps": 4,
+}
+ROLLOUT_SETTINGS: dict[str, Any] = {"max_tokens": 96, "llm_max_tokens": 48}
 
 
 class Config(BaseConfig):
     """Settings of `ragteam demo`."""
 
-    out: str = Field("runs/demo", description="output folder: one sub-folder per workflow and summary.md")
-    questions: int = Field(5, ge=1, le=50, description="how many bundled questions each workflow answers")
-    workflows: list[str] = Field(
-        default_factory=lambda: list(DEMO_WORKFLOWS), description="workflows to evaluate, in this order"
+    out: str = Field(
+        "runs/demo", description="output folder: one sub-folder per stage, report.md, report.html"
     )
+    fast: bool = Field(False, description="the fast preset: fewer questions, fewer training steps")
+    full: bool = Field(
+        False, description="the full preset: 20 held-out questions, longer training, C-3PO SFT"
+    )
+    questions: int = Field(8, ge=1, le=TRAIN_OFFSET, description="held-out questions each workflow answers")
+    workflows: list[str] = Field(
+        default_factory=lambda: BASELINES + TEAMS, description="workflows evaluated before training"
+    )
+    teams: list[str] = Field(
+        default_factory=lambda: list(TEAMS), description="workflows evaluated again after training"
+    )
+    train: bool = Field(True, description="run the training stages (--no-train: evaluate only)")
+    sft_steps: int = Field(8, ge=1, description="SFT optimizer steps (batch 4)")
+    c3po_sft: bool = Field(False, description="add C-3PO rows rejection-sampled from tree rollouts to SFT")
+    ppo_iterations: int = Field(1, ge=0, description="PPO iterations after SFT (0: none)")
+    ppo_questions: int = Field(6, ge=1, description="training questions rolled out per PPO iteration")
     model: ModelConfig = Field(
         default_factory=ModelConfig, description="the model that plays the policy and the answering LLM"
     )
@@ -38,7 +80,22 @@ class Config(BaseConfig):
         default_factory=RetrieverConfig, description="the demo corpus' retriever"
     )
     k: int = Field(3, ge=1, description="passages shown for the demo search")
-    overwrite: bool = Field(False, description="discard earlier demo episodes instead of resuming them")
+    overwrite: bool = Field(False, description="discard earlier demo results instead of reusing them")
+    progress: bool = Field(True, description="progress bars")
+
+    @model_validator(mode="after")
+    def _preset(self) -> Config:
+        if self.fast and self.full:
+            raise ValueError("--fast and --full are two presets: choose one")
+        preset = PRESETS["fast" if self.fast else "full" if self.full else "default"]
+        for name, value in preset.items():
+            if name not in self.model_fields_set:
+                object.__setattr__(self, name, value)
+        return self
+
+    @property
+    def preset(self) -> str:
+        return "fast" if self.fast else "full" if self.full else "default"
 
 
 def _folder_name(workflow: str) -> str:
@@ -46,92 +103,239 @@ def _folder_name(workflow: str) -> str:
 
 
 def run(cfg: Config) -> int:
-    from ragteam.cli.search import format_hits
-    from ragteam.data.questions import read_questions
-    from ragteam.eval.report import table
-    from ragteam.eval.run import EvalConfig, run_eval
+    from ragteam.demo.report import write_report
     from ragteam.eval.setup import demo_data_path
     from ragteam.retrieval.factory import KIND_NEEDS, dataset_index, retriever_from_index
 
     data = demo_data_path()
     if data is None:
         raise FileNotFoundError("the bundled demo data (ragteam/demo/) is missing from this install")
+    from ragteam.data.questions import read_questions
+
     questions = read_questions(data).questions
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    t_all = perf_counter()
 
     print(f"== 1. index: paragraphs pooled from {len(questions)} HotpotQA questions ({data.name})")
     t0 = perf_counter()
     kinds = KIND_NEEDS.get(cfg.retriever.kind, ("bm25", "dense"))
     folder = dataset_index(data, kinds=kinds, questions=questions, progress=False)
-    print(
-        f"   {len(folder.docs)} passages, indexes {', '.join(folder.kinds)} in {folder.path} "
-        f"({perf_counter() - t0:.1f} s)"
-    )
+    print(f"   {len(folder.docs)} passages, indexes {', '.join(folder.kinds)} in {folder.path}")
+    retriever_cfg = cfg.retriever.model_copy(update={"index": str(folder.path)})
+    seconds["index"] = perf_counter() - t0
 
     print("\n== 2. search")
+    from ragteam.cli.search import format_hits
+
     retriever = retriever_from_index(folder, cfg.retriever)
     query = questions[0].question
     print(format_hits(query, cfg.retriever.kind, retriever.search([query], cfg.k)[0]))
 
-    print(
-        f"\n== 3. evaluate {len(cfg.workflows)} workflows on {cfg.questions} questions "
-        f"(policy and LLM: {cfg.model.model}, {cfg.model.backend})"
-    )
-    rows = []
-    for workflow in cfg.workflows:
-        print(f"\n-- {workflow}")
-        t0 = perf_counter()
-        summary = run_eval(
-            EvalConfig(
-                workflow=workflow,
-                data=str(data),
-                out=str(out / _folder_name(workflow)),
-                limit=cfg.questions,
-                policy=cfg.model,
-                llm=cfg.model,
-                retriever=cfg.retriever.model_copy(update={"index": str(folder.path)}),
-                overwrite=cfg.overwrite,
-                progress=False,
-            ),
-            log=lambda _msg: None,
-        )
-        m = summary["metrics"]
-        calls = summary["stats"]["per_question"]["calls"]
-        rows.append(
-            [
-                workflow,
-                summary["n"],
-                *(f"{100 * m[k]:.1f}" for k in ("em", "f1", "cover_em")),
-                f"{calls['policy']:.1f}",
-                f"{calls['llm']:.1f}",
-                f"{calls['retrieve']:.1f}",
-                summary["failed"],
-                f"{perf_counter() - t0:.0f}",
-            ]
-        )
-        print(f"   F1 {100 * m['f1']:.1f}, cover-EM {100 * m['cover_em']:.1f} ({perf_counter() - t0:.0f} s)")
+    held_out = f"questions 0-{cfg.questions - 1}"
+    print(f"\n== 3. before training: {len(cfg.workflows)} workflows on {cfg.questions} held-out {held_out}")
+    t0 = perf_counter()
+    before = {wf: evaluate(cfg, data, retriever_cfg, wf, out / "before", cfg.model) for wf in cfg.workflows}
+    seconds["before"] = perf_counter() - t0
 
-    result = table(
-        [
-            "workflow",
-            "n",
-            "EM",
-            "F1",
-            "cover-EM",
-            "policy calls/q",
-            "LLM calls/q",
-            "searches/q",
-            "failed",
-            "seconds",
-        ],
-        rows,
-    )
-    note = (
-        f"Demo: {cfg.questions} bundled HotpotQA questions, retriever {cfg.retriever.kind}, policy and LLM "
-        f"{cfg.model.model} (untrained). Traces and reports: one folder per workflow beside this file.\n\n"
-    )
-    (out / "summary.md").write_text(note + result + "\n", encoding="utf-8")
-    print("\n" + result)
-    print(f"\nwrote {out}/summary.md and one folder per workflow (episodes.jsonl, metrics.json, report.md)")
+    after: dict[str, dict] = {}
+    training: dict[str, Any] = {}
+    if cfg.train:
+        print(f"\n== 4. supervised warm start (training questions from {TRAIN_OFFSET} on)")
+        t0 = perf_counter()
+        sft_dir, training["sft"] = warm_start(cfg, data, retriever_cfg, out / "sft")
+        seconds["sft"] = perf_counter() - t0
+        policy_dir = sft_dir
+
+        if cfg.ppo_iterations:
+            print(f"\n== 5. multi-agent PPO: {cfg.ppo_iterations} x {cfg.ppo_questions} questions")
+            t0 = perf_counter()
+            policy_dir, training["ppo"] = ppo(cfg, data, retriever_cfg, sft_dir, out / "ppo")
+            seconds["ppo"] = perf_counter() - t0
+
+        print(f"\n== 6. after training: {len(cfg.teams)} teams with the trained policy ({policy_dir})")
+        t0 = perf_counter()
+        trained = cfg.model.model_copy(update={"model": str(policy_dir)})
+        after = {
+            wf: evaluate(cfg, data, retriever_cfg, wf, out / "after", trained, llm=cfg.model)
+            for wf in cfg.teams
+        }
+        seconds["after"] = perf_counter() - t0
+
+    seconds["total"] = perf_counter() - t_all
+    print("\n== 7. report")
+    settings = {
+        "preset": cfg.preset,
+        "held_out": held_out,
+        "train": f"questions {TRAIN_OFFSET}-{len(questions) - 1}",
+        "passages": len(folder.docs),
+        "retriever": cfg.retriever.kind,
+        "model": cfg.model.model,
+        "workflow": WORKFLOW_SETTINGS,
+        "rollout": ROLLOUT_SETTINGS,
+    }
+    paths = write_report(out, settings, before, after, training, seconds)
+    print((out / "summary.md").read_text(encoding="utf-8"))
+    print(f"wrote {', '.join(str(p) for p in paths)} ({seconds['total']:.0f} s in all)")
     return 0
+
+
+def evaluate(
+    cfg: Config,
+    data: Path,
+    retriever: RetrieverConfig,
+    workflow: str,
+    root: Path,
+    policy: ModelConfig,
+    llm: ModelConfig | None = None,
+) -> dict[str, Any]:
+    """Evaluate one workflow on the held-out questions (resumed if it ran before); return its summary."""
+    from ragteam.eval.run import EvalConfig, run_eval
+    from ragteam.rollout.config import RolloutConfig
+
+    t0 = perf_counter()
+    summary = run_eval(
+        EvalConfig(
+            workflow=workflow,
+            data=str(data),
+            out=str(root / _folder_name(workflow)),
+            limit=cfg.questions,
+            policy=policy,
+            llm=llm or policy,
+            retriever=retriever,
+            rollout=RolloutConfig(**ROLLOUT_SETTINGS),
+            overwrite=cfg.overwrite,
+            progress=cfg.progress,
+            **WORKFLOW_SETTINGS,
+        ),
+        log=lambda _msg: None,
+    )
+    m, ci = summary["metrics"], summary["ci95"]
+    print(
+        f"   {workflow:<14} F1 {100 * m['f1']:5.1f} [{100 * ci['f1'][0]:.1f}-{100 * ci['f1'][1]:.1f}]  "
+        f"cover-EM {100 * m['cover_em']:5.1f}  ({perf_counter() - t0:.0f} s)"
+    )
+    summary["folder"] = str(root / _folder_name(workflow))
+    return summary
+
+
+def _finished(folder: Path) -> bool:
+    """A trainer's output folder holds a final model (not only checkpoints)."""
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
+def warm_start(
+    cfg: Config, data: Path, retriever: RetrieverConfig, root: Path
+) -> tuple[Path, dict[str, Any]]:
+    """Collect role rows on the training questions and fine-tune the policy on them; return (model dir, info)."""
+    from ragteam.collect.config import CollectConfig
+    from ragteam.collect.run import run_collect
+    from ragteam.rollout.config import RolloutConfig
+    from ragteam.train.common import TrainConfig
+    from ragteam.train.sft import train_sft
+
+    rows_file = root / "sft.jsonl"
+    model_dir = root / "model"
+    info: dict[str, Any] = {"collect": {}}
+    quiet = lambda _msg: None  # noqa: E731
+    common = dict(
+        data=str(data),
+        offset=TRAIN_OFFSET,
+        llm=cfg.model,
+        retriever=retriever,
+        overwrite=cfg.overwrite,
+        progress=cfg.progress,
+        **WORKFLOW_SETTINGS,
+    )
+    collected = [
+        run_collect(
+            CollectConfig(what="sft", workflow="mmoa", out=str(root / "mmoa-rows"), **common), log=quiet
+        )
+    ]
+    info["collect"]["mmoa"] = collected[-1]
+    if cfg.c3po_sft:
+        c3po = CollectConfig(
+            what="sft",
+            workflow="c3po",
+            out=str(root / "c3po-rows"),
+            limit=12,
+            teacher=cfg.model,
+            tree="samples",
+            samples=4,
+            relabel_invalid=True,
+            rollout=RolloutConfig(**ROLLOUT_SETTINGS, temperature=1.0),
+            **common,
+        )
+        collected.append(run_collect(c3po, log=quiet))
+        info["collect"]["c3po"] = collected[-1]
+    lines = []
+    for name in ("mmoa-rows", "c3po-rows"):
+        path = root / name / "sft.jsonl"
+        if path.is_file():
+            lines += [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    rows_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    info["rows"] = len(lines)
+    per_source = ", ".join(f"{name}: {summary.get('rows', 0)}" for name, summary in info["collect"].items())
+    print(f"   {len(lines)} role rows ({per_source})")
+
+    if not _finished(model_dir) or cfg.overwrite:
+        resume = any(model_dir.glob("checkpoint-*")) and not cfg.overwrite
+        train_sft(
+            TrainConfig(
+                data=str(rows_file),
+                out=str(model_dir),
+                init=cfg.model.model,
+                max_steps=cfg.sft_steps,
+                batch_size=4,
+                max_length=1024,
+                save_steps=max(1, cfg.sft_steps // 2),
+                resume=resume,
+                progress=cfg.progress,
+                threads=cfg.model.threads,
+            )
+        )
+    info["log"] = _read_jsonl(model_dir / "log.jsonl")
+    print(f"   SFT: {cfg.sft_steps} steps -> {model_dir}")
+    return model_dir, info
+
+
+def ppo(
+    cfg: Config, data: Path, retriever: RetrieverConfig, init: Path, out: Path
+) -> tuple[Path, dict[str, Any]]:
+    """A short MMOA-RAG PPO run from the SFT model (resumed if interrupted); return (policy dir, info)."""
+    from ragteam.train.ppo import train_ppo
+    from ragteam.train.ppo_config import PPOConfig
+
+    log = out / "log.jsonl"
+    done = _read_jsonl(log)
+    if (
+        not (done and done[-1].get("iteration", -1) + 1 >= cfg.ppo_iterations and _finished(out))
+        or cfg.overwrite
+    ):
+        train_ppo(
+            PPOConfig(
+                recipe="mmoa",
+                data=str(data),
+                offset=TRAIN_OFFSET,
+                out=str(out),
+                init=str(init),
+                iterations=cfg.ppo_iterations,
+                questions_per_iteration=cfg.ppo_questions,
+                resume=any(out.glob("checkpoint-*")) and not cfg.overwrite,
+                llm=cfg.model,
+                retriever=retriever,
+                threads=cfg.model.threads,
+                progress=cfg.progress,
+                ppo={"lr": 1e-6, "critic_lr": 1e-5},  # the learning rate the CPU pilot measured to hold
+                **WORKFLOW_SETTINGS,
+            )
+        )
+    print(f"   PPO: {cfg.ppo_iterations} iterations -> {out}")
+    return out, {"log": _read_jsonl(log), "folder": str(out)}
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]

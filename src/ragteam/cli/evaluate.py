@@ -3,7 +3,13 @@
     ragteam eval --workflow standard-rag --data hotpotqa-dev-500.jsonl --out runs/srag --limit 50
 
 Writes into --out: episodes.jsonl (one episode tree per question, streamed), metrics.json, predictions.jsonl,
-report.md, strategy.png / depth.png and config.yaml. Run the same command again to resume an interrupted eval.
+report.md, strategy.png / depth.png and config.yaml (and skipped.jsonl: the lines of records skipped with
+--skip-bad). Run the same command again to resume an interrupted eval.
+
+The corpus: `--corpus distractor` (default: the --data file's own paragraphs, gold included), `--corpus pooled`
+(every benchmark and corpus file beside --data, deduplicated; built once under $RAGTEAM_HOME) or
+`--corpus FILE` (any {id, title, text} / FlashRAG passage file). The report states the corpus, its size,
+whether it holds the questions' gold paragraphs and their recall@k.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("collect",): ("collect", "Collect training rows: SFT (rejection sampling, MMOA-RAG) or ranked pairs."),
     ("serve", "retriever"): ("serve_retriever", "Serve an index over HTTP: Search-R1's POST /retrieve."),
     ("serve", "llm"): ("serve_llm", "Serve a local model over the OpenAI chat-completions API."),
+    ("serve", "team"): ("serve_team", "Serve a workflow's team as one model over the OpenAI chat API."),
 }
 
 

@@ -41,7 +41,12 @@ class Config(ServerConfig):
         5.0, ge=0, description="how long to wait for more requests before starting a batch"
     )
     max_n: int = Field(16, ge=1, description="largest n (samples per request) accepted")
-    max_tokens_limit: int = Field(4096, ge=1, description="largest max_tokens accepted")
+    max_tokens_limit: int = Field(
+        4096,
+        ge=1,
+        description="largest max_tokens accepted (more: 400); also the most decoding steps a request that "
+        "arrives during a batch waits for it, so lower it to keep one long request from holding others",
+    )
     allow_weight_updates: bool = Field(
         False,
         description='accept POST /v1/load_weights {"path": DIR} (a PPO trainer pushing its policy); '

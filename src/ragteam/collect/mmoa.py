@@ -44,7 +44,13 @@ from ragteam.types import Doc, Question, doc_id
 from ragteam.workflows.baselines import format_options
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa.parsers import parse_rewriter, parse_selector
-from ragteam.workflows.mmoa.workflow import GENERATOR, REWRITER, SELECTOR, merge_candidates
+from ragteam.workflows.mmoa.workflow import (
+    GENERATOR,
+    REWRITER,
+    SELECTOR,
+    gather_candidates,
+    merge_candidates,
+)
 
 _WORD = re.compile(r"[^\W_]+")
 WITH_REWRITER = ("qr-s-g", "qr-g")
@@ -138,10 +144,8 @@ class MMOALabeling(Workflow):
         except BudgetExceeded:
             return Answer("", info=info)
         subquestions = [str(s) for s in acted.action.value] or [q]
-        searched = subquestions[:k]  # as MMOA.run builds the Selector's candidates
-        extra = [q] if q not in searched else []
-        ranked = yield Retrieve(searched + extra, k=k)
-        candidates = merge_candidates(ranked[: len(searched)], k, backup=ranked[-1] if extra else ())
+        # as MMOA.run builds the Selector's candidates
+        candidates = yield from gather_candidates(q, subquestions, k, self.cfg.fill_from_question)
         info.update(
             rewriter_node=acted.node_id,
             subquestions=subquestions,

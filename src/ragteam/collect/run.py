@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -29,6 +30,7 @@ from ragteam.collect.rows import write_rows
 from ragteam.collect.sft import sft_rows, tree_counts
 from ragteam.eval.folder import RESUME_IGNORED as RUN_IGNORED
 from ragteam.eval.folder import TRACE_FILE, open_run
+from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
 
@@ -242,11 +244,13 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
     calls: dict[str, int] = {}
     if todo:
-        workflow, engine = build_engine(cfg, cfg.data, qset.format)
+        # in this process, or on Ray actors that each build it (--rollout.workers, rollout/distributed.py)
+        workflow, engine = spread(partial(build_engine, cfg, cfg.data, qset.format), cfg.run_config().rollout)
         reward = None if cfg.mode == "mmoa" else (lambda q, prediction: score_answer(prediction, q))
         with TraceWriter(trace) as writer:
             engine.run(workflow, todo, reward=reward, on_episode=writer.write, progress=cfg.progress)
         calls = dict(engine.calls)
+        close_engine(engine)
 
     recorded = load_trace(trace)
     episodes = [recorded[q.id] for q in selected if q.id in recorded]

@@ -35,6 +35,9 @@ class QuestionSet:
     format: str
     path: str
     errors: list[str] = field(default_factory=list)
+    skipped_records: list[RecordError] = field(default_factory=list)
+    """Every skipped record's error (file, line, message), not only the first `MAX_KEPT_ERRORS`: an eval
+    writes their line numbers beside its report."""
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -66,6 +69,7 @@ def read_questions(path: str | Path, fmt: str | None = None, skip_bad: bool = Fa
     spec: Format = resolve(fmt) if fmt else resolve(detect_format(path))
     questions: list[Question] = []
     errors: list[str] = []
+    skipped_records: list[RecordError] = []
     skipped = 0
     first_line: dict[str, int] = {}
     for index, (line, rec) in enumerate(iter_records(path)):
@@ -84,6 +88,7 @@ def read_questions(path: str | Path, fmt: str | None = None, skip_bad: bool = Fa
             if not skip_bad:
                 raise
             skipped += 1
+            skipped_records.append(e)
             if len(errors) < MAX_KEPT_ERRORS:
                 errors.append(str(e))
             continue
@@ -91,7 +96,14 @@ def read_questions(path: str | Path, fmt: str | None = None, skip_bad: bool = Fa
         questions.append(q)
     if not questions and not skipped:
         raise ValueError(f"{path}: no records")
-    return QuestionSet(questions=questions, skipped=skipped, format=spec.name, path=str(path), errors=errors)
+    return QuestionSet(
+        questions=questions,
+        skipped=skipped,
+        format=spec.name,
+        path=str(path),
+        errors=errors,
+        skipped_records=skipped_records,
+    )
 
 
 def write_questions(path: str | Path, questions: Iterable[Question], with_context: bool = True) -> int:

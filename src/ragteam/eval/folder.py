@@ -35,6 +35,10 @@ RESUME_IGNORED = frozenset(
         "skip_bad",
         "judge",
         "rollout.max_concurrent",
+        "rollout.workers",
+        "rollout.ray_address",
+        "rollout.worker_cpus",
+        "rollout.worker_gpus",
         *(
             f"{m}.{k}"
             for m in ("policy", "llm", "teacher")

@@ -61,6 +61,10 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
             facts.append(f"- {role}: {m.get('backend', '?')} `{m.get('model', '?')}`{where}")
     if summary.get("retriever"):
         facts.append(f"- retriever: {summary['retriever']}")
+    if summary.get("corpus"):
+        facts.append(f"- corpus: {corpus_line(summary['corpus'])}")
+    if "skipped" in summary:
+        facts.append(f"- skipped records of the data file: {skipped_line(summary['skipped'])}")
     if summary.get("judge"):
         j = summary["judge"]
         counts = j.get("counts", {})
@@ -82,12 +86,25 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
         rows = [[reason.replace("|", "\\|"), count] for reason, count in summary["failures"].items()]
         out += ["## Failed questions (scored 0)", "", table(["reason", "questions"], rows), ""]
 
+    if summary.get("corpus"):
+        out += corpus_section(summary["corpus"])
     if "strategy" in stats:
-        st = stats["strategy"]
-        rows = [[s, c, _pct(st["ratio"][s]) + " %"] for s, c in st["counts"].items()]
-        out += ["## Strategy", "", table(["strategy", "questions", "share"], rows), ""]
+        out += strategy_section(stats["strategy"], stats.get("strategy_excluded"))
+    if stats.get("tree_depth", {}).get("n"):
+        out += [
+            "## Depth (C-3PO Fig. 6 counting)",
+            "",
+            "Steps from the question to the answer: the question is 1, and each policy act, retrieval and LLM "
+            "call on the path adds 1: direct answering 3, a single pass 5, planning 5 + 3 per "
+            "retrieval-filter round when the decider ends the loop (4 + 3 per round at the round limit). "
+            "Retrieval is a step, the answer leaf is not. Finished questions only; the paper does not "
+            "define its count further, this one gives its depths 3-5 for the two simple strategies.",
+            "",
+            _distribution_table(stats["tree_depth"], "depth"),
+            "",
+        ]
     if stats["depth"]["n"]:
-        out += ["## Depth (policy acts per question)", "", _distribution_table(stats["depth"], "depth"), ""]
+        out += ["## Policy acts per question", "", _distribution_table(stats["depth"], "acts"), ""]
     if stats["retrieval_rounds"]["n"]:
         out += [
             "## Retrieval rounds per question",
@@ -143,6 +160,7 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
         ),
         "",
     ]
+    out += truncation_section(stats.get("truncation"))
     lat = stats["latency_seconds"]
     out += [
         "## Latency per question (s)",
@@ -156,3 +174,129 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(out)
+
+
+def skipped_line(skipped: dict[str, Any]) -> str:
+    """`0`, or how many records were skipped and the file beside the report that lists their lines."""
+    n = skipped.get("records", 0)
+    if not n:
+        return "0"
+    return f"{n} (--skip-bad; their line numbers and reasons are in `{skipped.get('file')}`)"
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k} of {n}" + (f" ({_pct(k / n)} %)" if n else "")
+
+
+def corpus_line(c: dict[str, Any]) -> str:
+    """One line: the corpus' name, its size and whether it holds the run's gold paragraphs."""
+    line = c.get("name", c.get("kind", "?"))
+    if "passages" in c:
+        line += f"; {c['passages']:,} passages"
+    gold = c.get("gold")
+    if gold and gold.get("questions"):
+        line += f"; gold paragraphs present for {_share(gold['all_present'], gold['questions'])} questions"
+    elif gold is not None:
+        line += "; gold paragraphs: unknown (no question names them)"
+    elif c.get("kind") not in (None, "none"):
+        line += "; size and gold paragraphs unknown (a remote service)"
+    return line
+
+
+def corpus_section(c: dict[str, Any]) -> list[str]:
+    """The corpus: what it is, its size, gold presence, recall@k of the questions, what the workflow found."""
+    out = ["## Corpus", "", f"- {corpus_line(c)}"]
+    if c.get("source"):
+        out.append(f"- built from: {c['source']}")
+    if c.get("index"):
+        out.append(f"- index folder: `{c['index']}`")
+    r = c.get("recall_at_k")
+    if r:
+        k = r["k"]
+        out.append(
+            f"- retrieval with the question as query, over the {r['questions']} questions with gold ids: "
+            f"recall@{k} (every gold paragraph in the top {k}) {_pct(r['recall'])} %, "
+            f"support recall@{k} (fraction found) {_pct(r['support_recall'])} %"
+        )
+    w = c.get("workflow_recall")
+    if w:
+        out.append(
+            f"- the workflow's own searches (path to the answer, {w['questions']} finished questions with "
+            f"gold ids): every gold paragraph retrieved for {_pct(w['recall'])} %, fraction found "
+            f"{_pct(w['support_recall'])} %"
+        )
+    out.append("")
+    if c.get("pool_sources"):
+        rows = [
+            [
+                f"`{src['path']}`",
+                src["kind"],
+                src.get("format", ""),
+                src.get("passages", 0),
+                src.get("new", 0),
+                (src.get("note") or "").replace("|", "\\|")[:120],
+            ]
+            for src in c["pool_sources"]
+        ]
+        out += [table(["file", "read as", "format", "passages", "new after dedup", "note"], rows), ""]
+    return out
+
+
+def strategy_section(st: dict[str, Any], excluded: dict[str, Any] | None) -> list[str]:
+    """The strategy ratio over valid router acts, and the acts left out of it, by reason."""
+    out = ["## Strategy", ""]
+    if st["n"]:
+        rows = [[s, c, _pct(st["ratio"][s]) + " %"] for s, c in st["counts"].items()]
+        out += [table(["strategy", "questions", "share of valid choices"], rows), ""]
+    else:
+        out += ["No router act was valid: there is no strategy ratio to report.", ""]
+    if excluded:
+        left = []
+        labels = {
+            "invalid": "malformed router act (the fallback strategy was taken)",
+            "forced": "strategy forced (--strategy or a forced prefix)",
+            "no_act": "stopped before the router acted",
+        }
+        for reason, label in labels.items():
+            part = excluded.get(reason, {})
+            if part.get("n"):
+                took = ", ".join(f"{k} {v}" for k, v in part["took"].items())
+                left.append(f"- {label}: {part['n']} ({took})")
+        if left:
+            head = f"Shares are over the {st['n']} questions whose router act was valid. " if st["n"] else ""
+            out += [
+                head + "Left out of the ratio:",
+                "",
+                *left,
+                "",
+                "Invalid acts of every role are in *Invalid actions* below.",
+                "",
+            ]
+    return out
+
+
+def truncation_section(t: dict[str, Any] | None) -> list[str]:
+    """Calls whose prompt was cut to fit, or whose reply reached its max tokens (nothing when none was)."""
+    if not t or not any(v["prompt_cut"] or v["reply_cut"] for v in t["totals"].values()):
+        return []
+    rows = [
+        [
+            who,
+            role,
+            r["calls"],
+            r["prompt_cut"],
+            r["reply_cut"],
+            r["reply_cut_invalid"] if who == "policy" else "–",
+        ]
+        for who, roles in t["by_role"].items()
+        for role, r in roles.items()
+    ]
+    header = [
+        "model",
+        "role",
+        "calls",
+        "prompts cut to fit",
+        "replies cut at max tokens",
+        "cut and fell back",
+    ]
+    return ["## Cut to fit (prompts and replies)", "", table(header, rows), ""]

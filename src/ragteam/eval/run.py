@@ -9,6 +9,7 @@ report.md, plots. DIR/config.yaml holds the resolved config; resuming with a dif
 from __future__ import annotations
 
 import json
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -16,11 +17,14 @@ from pydantic import Field
 
 from ragteam.config import Config
 from ragteam.eval import plots as plots_mod
+from ragteam.eval.corpus import choose_corpus, corpus_facts
 from ragteam.eval.folder import TRACE_FILE, open_run
 from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.scores import aggregate, question_rows
-from ragteam.eval.setup import RunConfig, build_run
+from ragteam.eval.setup import RunConfig, build_retriever, build_run, needs_retriever
+from ragteam.eval.skipped import write_skipped
 from ragteam.eval.stats import workflow_stats
+from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
@@ -65,7 +69,17 @@ class EvalConfig(RunConfig):
     out: str = Field(..., description="output folder: episodes.jsonl, metrics.json, report.md, plots, config")
     limit: int | None = Field(None, ge=1, description="evaluate at most this many questions")
     offset: int = Field(0, ge=0, description="skip this many questions first")
-    skip_bad: bool = Field(False, description="skip malformed records of --data instead of stopping")
+    skip_bad: bool = Field(
+        False,
+        description="skip malformed records of --data instead of stopping (counted in the report, their "
+        "lines listed in skipped.jsonl)",
+    )
+    corpus: str | None = Field(
+        None,
+        description="what to retrieve from: distractor (default: the --data file's own paragraphs, gold "
+        "included), pooled (every benchmark and corpus file in the folder of --data, deduplicated; "
+        "pooled:DIR for another folder) or a passage FILE ({id, title, text} / FlashRAG {id, contents})",
+    )
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="optional LLM judge endpoint")
     overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
     repair: bool = Field(
@@ -110,11 +124,16 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     run = open_run(cfg, "eval", log=log)
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
 
+    skipped = write_skipped(qset, out)
+    build_cfg, corpus = choose_corpus(cfg, cfg.data, qset.format, needs_retriever(cfg), progress=cfg.progress)
     retriever_name = None
+    retriever = None
     calls: dict[str, int] = {}
     if todo:
-        parts = build_run(cfg, data=cfg.data, fmt=qset.format)
-        retriever_name = getattr(parts.retriever, "name", None)
+        # in this process, or on Ray actors that each build the run (--rollout.workers, rollout/distributed.py)
+        parts = spread(partial(build_run, build_cfg, data=cfg.data, fmt=qset.format), build_cfg.rollout)
+        retriever = parts.retriever
+        retriever_name = getattr(retriever, "name", None) or getattr(parts.engine, "retriever_name", None)
         with TraceWriter(trace) as writer:
             parts.engine.run(
                 parts.workflow,
@@ -124,6 +143,7 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
                 progress=cfg.progress,
             )
         calls = dict(parts.engine.calls)
+        close_engine(parts.engine)
 
     recorded = load_trace(trace)
     episodes = {q.id: recorded[q.id] for q in selected if q.id in recorded}
@@ -134,6 +154,14 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     if judge_info is not None:
         summary["judge"] = judge_info
     summary["failures"] = failure_reasons(list(episodes.values()), len(selected) - len(episodes))
+    summary["corpus"] = corpus_facts(
+        corpus,
+        selected,
+        list(episodes.values()),
+        k=cfg.topk,
+        retriever=lambda: retriever or build_retriever(build_cfg, cfg.data, qset.format),
+    )
+    summary["skipped"] = skipped
     summary.update(
         normalization=NORMALIZATION,
         data=str(cfg.data),

@@ -6,6 +6,17 @@ JSON-able dicts, so `metrics.json`, `report.md` and the plots all show the same 
 Conventions:
 - the *primary leaf* of an episode is its first answer leaf (the only one in an unbranched run); depth,
   retrieval rounds and strategy are read on the path to it, for episodes that did not fail;
+- the strategy ratio (C-3PO's Fig. 5) is over the router acts that were *valid*: a malformed router act
+  takes the parser's fallback (single-pass retrieval with the question), which is the workflow's choice, not
+  the policy's, so counting it as a strategy would credit the policy with a ratio it never chose. Invalid
+  acts, strategies forced by `--strategy` or by a forced prefix (tree rollouts), and episodes stopped
+  before any act are counted apart (`strategy_excluded`);
+- two depths: `depth` counts the policy acts on the path; `tree_depth` counts the way C-3PO's Fig. 6 does
+  as we read it (the paper only says "the time step t is reused as the depth of the tree"): the question is
+  step 1 and every node on the path is one more step (a policy act, a retrieval, an LLM call). Direct
+  answering is then 3 (question, router, answer call) and a single pass 5 (question, router, retrieval,
+  filter, answer call), the paper's "depth 3-5" for those strategies; planning adds the roadmap, three steps
+  per retrieval-filter round and the decider's final act (1 round: 8);
 - costs (model calls, tokens, retrievals, invalid actions) count every node of the tree;
 - an episode's latency is its wall time `meta["seconds"]` when the engine records it, else the sum of its
   nodes' `seconds` (an upper bound when calls were batched with other episodes).
@@ -52,6 +63,43 @@ def retrieval_rounds(ep: Episode) -> int | None:
     if leaf is None:
         return None
     return sum(1 for n in ep.path(leaf.id) if n.kind == "retrieve")
+
+
+def tree_depth(ep: Episode) -> int | None:
+    """C-3PO's Fig. 6 depth (see the module docstring): 1 for the question, plus every policy act, retrieval
+    and LLM call on the path to the primary leaf (None if the episode failed)."""
+    leaf = finished_leaf(ep)
+    if leaf is None:
+        return None
+    return 1 + sum(1 for n in ep.path(leaf.id) if n.kind in ("policy", "retrieve", "llm"))
+
+
+def deciding_act(ep: Episode) -> Node | None:
+    """The act that chose the recorded strategy: the first policy act on the path to the primary leaf."""
+    leaf = finished_leaf(ep)
+    if leaf is None:
+        return None
+    return next((n for n in ep.path(leaf.id) if n.kind == "policy"), None)
+
+
+def strategy_choice(ep: Episode) -> tuple[str, str] | None:
+    """(strategy, how it was chosen) of a finished episode that records one, else None. `how`: `valid`
+    (the policy's parsed choice), `invalid` (its act was malformed: the fallback's strategy), `forced`
+    (`--strategy`, or a forced prefix in a tree rollout), `no_act` (stopped before any act)."""
+    strategy = strategy_of(ep)
+    if strategy is None:
+        return None
+    leaf = finished_leaf(ep)
+    if leaf is not None and leaf.info.get("forced"):
+        return strategy, "forced"
+    act = deciding_act(ep)
+    if act is None:
+        return strategy, "no_act"
+    if act.completion is not None and act.completion.forced_tokens:
+        return strategy, "forced"
+    if act.action is not None and not act.action.valid:
+        return strategy, "invalid"
+    return strategy, "valid"
 
 
 def strategy_of(ep: Episode) -> str | None:
@@ -102,18 +150,32 @@ def distribution(values: Sequence[int]) -> dict[str, Any]:
 
 
 def strategy_stats(episodes: Sequence[Episode]) -> dict[str, Any] | None:
-    """Counts and ratios of the recorded strategies over episodes with a leaf; None if none records one."""
-    strategies = [s for s in (strategy_of(ep) for ep in episodes) if s is not None]
-    if not strategies:
+    """Counts and ratios of the strategies chosen by *valid* router acts (module docstring); None if no
+    episode records a strategy. `n` is the number of valid choices (0 when every act was malformed)."""
+    choices = [c for c in (strategy_choice(ep) for ep in episodes) if c is not None]
+    if not choices:
         return None
-    counts = Counter(strategies)
-    total = len(strategies)
+    counts = Counter(s for s, how in choices if how == "valid")
+    total = sum(counts.values())
     order = sorted(counts, key=lambda s: (-counts[s], s))
     return {
         "counts": {s: counts[s] for s in order},
         "ratio": {s: counts[s] / total for s in order},
         "n": total,
     }
+
+
+def strategy_excluded(episodes: Sequence[Episode]) -> dict[str, Any] | None:
+    """The episodes left out of the strategy ratio: by reason (`invalid`, `forced`, `no_act`), each with the
+    strategy they ended up taking; None if no episode records a strategy."""
+    choices = [c for c in (strategy_choice(ep) for ep in episodes) if c is not None]
+    if not choices:
+        return None
+    out: dict[str, Any] = {"valid": sum(1 for _, how in choices if how == "valid")}
+    for reason in ("invalid", "forced", "no_act"):
+        taken = Counter(s for s, how in choices if how == reason)
+        out[reason] = {"n": sum(taken.values()), "took": dict(sorted(taken.items()))}
+    return out
 
 
 def invalid_action_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
@@ -240,9 +302,40 @@ def latency_stats(episodes: Sequence[Episode]) -> dict[str, float]:
     }
 
 
+def truncation_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """How often the fitting policy and the reply limit cut a call, per model and role (policy roles; the
+    LLM's purposes): `calls`; `prompt_cut` (the prompt was cut to fit, `Node.fit`: documents dropped,
+    passages shortened or text cut); `reply_cut` (the reply reached its max tokens, `finish_reason ==
+    "length"`); `reply_cut_invalid` (policy: a cut reply that did not parse, so the workflow fell back: the
+    act lost its action to the cut). Where a profile asks more of a small model than it holds (`--profile
+    paper`), these say how often the truncation policy stood in for the paper's value."""
+    out: dict[str, dict[str, dict[str, int]]] = {"policy": {}, "llm": {}}
+    for ep in episodes:
+        for node in ep.nodes:
+            if node.kind not in out:
+                continue
+            row = out[node.kind].setdefault(
+                node.role, {"calls": 0, "prompt_cut": 0, "reply_cut": 0, "reply_cut_invalid": 0}
+            )
+            row["calls"] += 1
+            row["prompt_cut"] += int(bool(node.fit) and "error" not in node.fit)
+            cut = node.completion is not None and node.completion.finish_reason == "length"
+            row["reply_cut"] += int(cut)
+            row["reply_cut_invalid"] += int(cut and node.action is not None and not node.action.valid)
+    totals = {
+        who: {k: sum(r[k] for r in roles.values()) for k in ("calls", "prompt_cut", "reply_cut")}
+        for who, roles in out.items()
+    }
+    return {
+        "by_role": {who: dict(sorted(roles.items())) for who, roles in out.items()},
+        "totals": totals,
+    }
+
+
 def workflow_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
     """All statistics of one workflow's run; depth and strategy over the episodes that did not fail."""
     depths = [d for d in (policy_depth(ep) for ep in episodes) if d is not None]
+    steps = [d for d in (tree_depth(ep) for ep in episodes) if d is not None]
     rounds = [r for r in (retrieval_rounds(ep) for ep in episodes) if r is not None]
     leaf_status = Counter(leaf.status for leaf in (primary_leaf(ep) for ep in episodes) if leaf is not None)
     out: dict[str, Any] = {
@@ -250,6 +343,7 @@ def workflow_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
         "episode_status": dict(sorted(Counter(ep.status for ep in episodes).items())),
         "leaf_status": dict(sorted(leaf_status.items())),
         "depth": distribution(depths),
+        "tree_depth": distribution(steps),
         "retrieval_rounds": distribution(rounds),
         "invalid_actions": invalid_action_stats(episodes),
         "actions": action_kinds(episodes),
@@ -257,8 +351,10 @@ def workflow_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
         "answer_info": answer_info_stats(episodes),
         "per_question": cost_per_question(episodes),
         "latency_seconds": latency_stats(episodes),
+        "truncation": truncation_stats(episodes),
     }
     strategies = strategy_stats(episodes)
     if strategies is not None:
         out["strategy"] = strategies
+        out["strategy_excluded"] = strategy_excluded(episodes)
     return out

@@ -28,6 +28,12 @@ turns sharing off, for benchmarks).
 Seeds. Sample j of a request with seed s draws from its own generator seeded by mix(s, j), so a seeded
 request gives the same samples whatever else shares its batch (up to float round-off between batch shapes).
 
+Serving hooks. `chat(..., cancelled=, on_result=)` lets a server (`ragteam.llm.server`) schedule by step:
+`cancelled(i)` is asked before each chunk of rows and at every decoding step, and once it says yes request i's
+rows leave the batch (a client that went away costs no more compute); `on_result(i, result)` is called as
+soon as request i's rows have all finished, so a short request decoded beside a long one is answered when it
+ends, not when the batch does. Both run in the decoding thread, under the model's lock: keep them cheap.
+
 Special-token text. A message (or forced prefix) that spells a special token, e.g. a user writing
 "<|im_end|>\n<|im_start|>assistant", is tokenized as the characters it is, never as the control token: else
 one user could close their own turn and write the assistant's (prompt injection by the chat template). The
@@ -38,7 +44,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,8 +296,17 @@ class LocalChatModel:
             self.model.load_state_dict(state, strict=False)
         return len(state)
 
-    def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Answer each request with `sampling.n` completions (or a ModelError), in input order."""
+    def chat(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        cancelled: Callable[[int], bool] | None = None,
+        on_result: Callable[[int, ChatResult], None] | None = None,
+    ) -> list[ChatResult]:
+        """Answer each request with `sampling.n` completions (or a ModelError), in input order.
+
+        `cancelled` and `on_result` are the serving hooks (module docstring); a cancelled request's result is
+        a ModelError saying so."""
         results: list[ChatResult | None] = [None] * len(requests)
         rows: list[_Row] = []
         for i, req in enumerate(requests):
@@ -304,25 +319,39 @@ class LocalChatModel:
                     bad_request=isinstance(e, ValueError),  # _rows_for's checks: the request, not the model
                 )
         rows.sort(key=lambda r: (len(r.inputs), r.inputs))  # identical prompts side by side: one prefill
+        by_request: dict[int, list[_Row]] = {}
+        for r in rows:
+            by_request.setdefault(r.request, []).append(r)
+        left = {i: len(its_rows) for i, its_rows in by_request.items()}
+
+        def finished(r: _Row) -> None:
+            left[r.request] -= 1
+            if left[r.request] == 0 and on_result is not None:
+                on_result(r.request, self._result(by_request[r.request]))
+
         failed: dict[int, ModelError] = {}
         with self._lock, torch.inference_mode():
             for start in range(0, len(rows), self.max_batch_size):
                 chunk = rows[start : start + self.max_batch_size]
+                if cancelled is not None:
+                    chunk = [r for r in chunk if not cancelled(r.request)]
+                    if not chunk:
+                        continue
                 try:
-                    self._decode(chunk)
+                    self._decode(chunk, finished, cancelled)
                 except Exception as e:  # noqa: BLE001 - e.g. out of memory: fail these requests, keep the others
                     for r in chunk:
                         failed[r.request] = ModelError(f"{type(e).__name__}: {e}", where=f"local:{self.name}")
-        by_request: dict[int, list[_Row]] = {}
-        for r in rows:
-            by_request.setdefault(r.request, []).append(r)
         for i, its_rows in by_request.items():
-            if i in failed:
-                results[i] = failed[i]
-                continue
-            its_rows.sort(key=lambda r: r.sample)
-            results[i] = [self._completion(r) for r in its_rows]
+            if cancelled is not None and cancelled(i):
+                results[i] = ModelError("cancelled: its client went away", where=f"local:{self.name}")
+            else:
+                results[i] = failed[i] if i in failed else self._result(its_rows)
         return [r if r is not None else ModelError("no result", where=f"local:{self.name}") for r in results]
+
+    def _result(self, its_rows: list[_Row]) -> list[Completion]:
+        """One request's completions, in sample order."""
+        return [self._completion(r) for r in sorted(its_rows, key=lambda r: r.sample)]
 
     def _rows_for(self, index: int, req: ChatRequest) -> list[_Row]:
         s = req.sampling
@@ -382,8 +411,15 @@ class LocalChatModel:
 
     # ---- decoding ------------------------------------------------------------------------------------------
 
-    def _decode(self, rows: list[_Row]) -> None:
-        """Decode `rows` together until each hits EOS, a stop string or its max_new tokens (fills the rows)."""
+    def _decode(
+        self,
+        rows: list[_Row],
+        finished: Callable[[_Row], None] | None = None,
+        cancelled: Callable[[int], bool] | None = None,
+    ) -> None:
+        """Decode `rows` together until each hits EOS, a stop string or its max_new tokens (fills the rows).
+
+        `finished(row)` is called as each row ends; a row whose request is `cancelled` leaves the batch."""
         dev = self.device
         b = len(rows)
         cache, logits, attn, pos = self._prefill(rows)
@@ -412,7 +448,13 @@ class LocalChatModel:
             token_list = tokens.tolist()
             keep: list[int] = []
             for k, row_index in enumerate(active):
-                if self._append(rows[row_index], token_list[k], token_lp[k]):
+                row = rows[row_index]
+                if not self._append(row, token_list[k], token_lp[k]):
+                    if finished is not None:
+                        finished(row)
+                elif cancelled is not None and cancelled(row.request):
+                    row.finish = "cancelled"
+                else:
                     keep.append(k)
             self.stats["generated_tokens"] += len(active)
             if not keep:

@@ -23,19 +23,27 @@ Batching: requests go into a queue; a single loop takes the first waiting reques
 within `batch_wait_ms` (up to `max_batch_size` requests) and runs `model.chat(batch)` in a worker thread. While a
 batch decodes, new requests queue up and form the next batch, so under load batches fill by themselves.
 
+Scheduling by step. With a model that takes the serving hooks (`LocalChatModel.chat(cancelled=, on_result=)`),
+each request is answered as soon as its own rows finish, not when the longest request of its batch does, and
+a client that disconnects cancels its generation: dropped from the queue if it waits, out of the batch at the
+next decoding step if it runs (`/health` counts `cancelled`). Requests that arrive while a batch decodes wait
+for that batch: at most `max_tokens_limit` decoding steps, the operator's cap on any one request (lower it to
+bound the wait; a request asking for more is refused 400).
+
 Errors are OpenAI-shaped `{"error": {"message", "type", "param"}}`: 400 for bad JSON, bad fields, text that is
 not encodable (a lone surrogate) or a prompt longer than the model's context (`ModelError.bad_request`), 401
 without the API key (`api_key`), 404 for an unknown model name, 408 for a body that does not arrive in time,
 413 for an oversize body (refused from its Content-Length, before reading it), 500 when the model fails a
 request. A batch the model crashes on is run again one request at a time, so only the request that crashes it
-fails and no client sees another's error. The server never dies on input. FastAPI's docs routes are off
-unless `docs=True`.
+fails and no client sees another's error. A client that disconnects is answered 499 to nobody (its request
+cancelled, above). The server never dies on input. FastAPI's docs routes are off unless `docs=True`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import time
 import uuid
@@ -48,7 +56,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
-from ragteam.serving import BearerAuth, BodyError, read_body
+from ragteam.serving import BearerAuth, BodyError, ClientGone, read_body, until_disconnect
 
 
 class _TextPart(BaseModel):
@@ -107,6 +115,9 @@ class Batcher:
         self.queue: asyncio.Queue[tuple[ChatRequest, asyncio.Future]] | None = None
         self.batch_sizes: Counter[int] = Counter()
         self.requests = 0
+        self.cancelled = 0  # requests whose client went away (dropped from the queue or stopped mid-batch)
+        params = inspect.signature(model.chat).parameters
+        self.steps = "cancelled" in params and "on_result" in params  # the serving hooks (LocalChatModel)
 
     @property
     def batches(self) -> int:
@@ -141,35 +152,60 @@ class Batcher:
                     batch.append(await asyncio.wait_for(self.queue.get(), left))
                 except TimeoutError:
                     break
-            batch = [(r, f) for r, f in batch if not f.cancelled()]  # clients that gave up
+            live = [(r, f) for r, f in batch if not f.cancelled()]  # clients that gave up while queued
+            self.cancelled += len(batch) - len(live)
+            batch = live
             if not batch:
                 continue
             self.batch_sizes[len(batch)] += 1
             self.requests += len(batch)
             try:
-                results = await self._chat([r for r, _ in batch])
+                results = await self._chat(batch)
             except Exception as e:  # noqa: BLE001 - a crashing model fails this batch, not the server
                 if len(batch) == 1:
                     results = [self._crashed(e)]
                 else:  # someone's request crashed it: run each alone, so only that one fails
                     results = []
-                    for r, _ in batch:
+                    for item in batch:
                         try:
-                            results.extend(await self._chat([r]))
+                            results.extend(await self._chat([item]))
                         except Exception as own:  # noqa: BLE001 - this request's own failure
                             results.append(self._crashed(own))
+            self.cancelled += sum(f.cancelled() for _, f in batch)  # clients that left while it decoded
             for (_, fut), res in zip(batch, results):
-                if not fut.done():
-                    fut.set_result(res)
+                _resolve(fut, res)
 
-    async def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        results = await asyncio.to_thread(self.model.chat, requests)
+    async def _chat(self, batch: list[tuple[ChatRequest, asyncio.Future]]) -> list[ChatResult]:
+        """One `model.chat` over the batch in a worker thread; with a model that takes the serving hooks,
+        requests whose client has gone leave the batch and each request is answered as soon as it ends."""
+        requests = [r for r, _ in batch]
+        if not self.steps:
+            results = await asyncio.to_thread(self.model.chat, requests)
+        else:
+            loop = asyncio.get_running_loop()
+            futures = [f for _, f in batch]
+
+            def cancelled(i: int) -> bool:  # in the decoding thread: a read of the future's state
+                return futures[i].cancelled()
+
+            def on_result(i: int, result: ChatResult) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: the server is stopping
+                    loop.call_soon_threadsafe(_resolve, futures[i], result)
+
+            results = await asyncio.to_thread(
+                self.model.chat, requests, cancelled=cancelled, on_result=on_result
+            )
         if len(results) != len(requests):
             raise RuntimeError(f"model returned {len(results)} results for {len(requests)} requests")
         return results
 
     def _crashed(self, e: Exception) -> ModelError:
         return ModelError(f"{type(e).__name__}: {e}", where=getattr(self.model, "name", "model"))
+
+
+def _resolve(fut: asyncio.Future, result: ChatResult) -> None:
+    if not fut.done():
+        fut.set_result(result)
 
 
 def _error(
@@ -297,6 +333,7 @@ def make_app(
             "status": "ok",
             "model": served_name,
             "requests": batcher.requests,
+            "cancelled": batcher.cancelled,
             "batches": batcher.batches,
             "max_batch_seen": batcher.max_batch_seen,
             "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
@@ -394,13 +431,16 @@ def make_app(
             n=body.n,
             seed=body.seed,
         )
-        request = ChatRequest(
+        chat_request = ChatRequest(
             messages=messages,  # type: ignore[arg-type]
             sampling=sampling,
             prefix=prefix,
             sample_after_prefix=body.sample_after_prefix,
         )
-        result = await batcher.submit(request)
+        try:
+            result = await until_disconnect(request, batcher.submit(chat_request))
+        except ClientGone:  # nobody reads this; the generation was dropped or stopped
+            return _error(499, "the client closed the request", "client_closed_request")
         if isinstance(result, ModelError):
             if result.bad_request:  # e.g. a prompt longer than the context: the client's to fix
                 return _error(400, f"cannot serve this request: {result}", param="messages")

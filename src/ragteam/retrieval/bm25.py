@@ -54,22 +54,42 @@ def _schema() -> tantivy.Schema:
 
 
 def build_bm25(
-    folder: str | Path, docs: Iterable[Doc], heap_mb: int = 256, threads: int | None = None
+    folder: str | Path,
+    docs: Iterable[Doc],
+    heap_mb: int = 256,
+    threads: int | None = None,
+    progress: bool = False,
+    total: int | None = None,
 ) -> int:
-    """Index `docs` (row = position) into `folder/bm25`; return how many were indexed."""
+    """Index `docs` (row = position), consumed as a stream, into `folder/bm25`; return how many were indexed.
+
+    Memory is bounded by tantivy's writer heap (`heap_mb`, all threads together): when it fills, the
+    writer turns what it holds into a segment on disk and starts again; segments are merged in the
+    background and the last merges are awaited before returning."""
+    from tqdm.auto import tqdm
+
     path = Path(folder) / SUBDIR
     path.mkdir(parents=True, exist_ok=True)
     index = tantivy.Index(_schema(), path=str(path), reuse=False)
     index.register_tokenizer(ANALYZER_NAME, english_analyzer())
     threads = threads or max(1, min(4, os.cpu_count() or 1))
+    if heap_mb < 16 * threads:
+        raise ValueError(
+            f"BM25 writer heap {heap_mb} MB is under tantivy's minimum of about 16 MB per thread ({threads} "
+            "threads): raise --bm25.heap-mb or lower --bm25.threads"
+        )
     writer = index.writer(heap_size=heap_mb * 1_000_000, num_threads=threads)
     n = 0
-    for row, d in enumerate(docs):
-        doc = tantivy.Document()
-        doc.add_text(BODY, d.contents)
-        doc.add_unsigned(ROW, row)
-        writer.add_document(doc)
-        n += 1
+    with tqdm(total=total, desc="indexing BM25", unit="psg", disable=not progress) as bar:
+        for row, d in enumerate(docs):
+            doc = tantivy.Document()
+            doc.add_text(BODY, d.contents)
+            doc.add_unsigned(ROW, row)
+            writer.add_document(doc)
+            n += 1
+            if n % 65536 == 0:
+                bar.update(65536)
+        bar.update(n % 65536)
     writer.commit()
     writer.wait_merging_threads()
     return n

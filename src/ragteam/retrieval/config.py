@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ragteam.config import Config
 
@@ -37,3 +37,14 @@ class RetrieverConfig(Config):
     device: str = Field("cpu", description="device of the query encoder (dense, hybrid): cpu or cuda")
     timeout: float = Field(30.0, gt=0, description="remote: seconds per HTTP request")
     retries: int = Field(3, ge=0, description="remote: retries on connection errors, timeouts and 5xx/429")
+
+    @model_validator(mode="after")
+    def _url_means_remote(self) -> RetrieverConfig:
+        """`--retriever.url URL` alone means the remote service (it was silently unused under the default kind)."""
+        if self.url and self.kind != "remote":
+            if "kind" in self.model_fields_set:
+                raise ValueError(
+                    f"retriever.url is read only by retriever.kind remote, not {self.kind!r}: drop one of the two"
+                )
+            object.__setattr__(self, "kind", "remote")
+        return self

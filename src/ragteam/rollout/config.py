@@ -11,6 +11,10 @@ number of policy acts already on its path) says how it forks. C-3PO's tree rollo
     max_depth: 13
 
 and `forks: [2, 1]` is shorthand for "k=2 at depth 0, then 1" (the last value repeats).
+
+A forced prefix is one mechanism wherever it comes from: a rule's `forced` entries (the tree's strategies)
+or an act's own `Act.prefix` (C-3PO's `--strategy retrieval`: `[Retrieval]`, then the policy's query). Both
+reach the policy as `ChatRequest.prefix`; an act that carries its own prefix ignores a rule's forced ones.
 """
 
 from __future__ import annotations
@@ -76,6 +80,12 @@ class RolloutConfig(Config):
     temperature: float = Field(0.0, ge=0.0, le=5.0, description="policy sampling temperature (0 = greedy)")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="policy nucleus sampling mass")
     max_tokens: int = Field(256, ge=1, description="policy tokens per act, unless the act sets its own")
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=64,
+        description="policy prompts longer than this are cut by the fitting policy (documents dropped "
+        "first; C-3PO's Table 7: 4096); none: only the model's context bounds them",
+    )
     seed: int | None = Field(
         0,
         description="base seed; each request gets a seed derived from it, its question and its tree position",
@@ -97,6 +107,17 @@ class RolloutConfig(Config):
         16384, ge=1, description="generated tokens (policy and LLM) on one root-to-leaf path"
     )
     max_concurrent: int = Field(32, ge=1, description="episodes in flight at once")
+    workers: int = Field(
+        1,
+        ge=1,
+        description="Ray actors sharing the questions, each with its own engine, models and retriever "
+        "(1: this process); results equal one process's (rollout/distributed.py)",
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster to run the workers on (auto, ray://host:10001; none: a local Ray)"
+    )
+    worker_cpus: float = Field(1.0, gt=0, description="Ray CPUs (and torch threads) per rollout worker")
+    worker_gpus: float = Field(0.0, ge=0, description="Ray GPUs per rollout worker")
 
     @field_validator("forks", mode="before")
     @classmethod

@@ -234,12 +234,16 @@ class Engine:
 
         return job
 
-    def _fit(self, model: ChatModel | None, request: Act | AskLLM, max_tokens: int) -> tuple[Any, int, Any]:
-        """The request cut to the model's context when the model can count tokens (else as it is)."""
+    def _fit(
+        self, model: ChatModel | None, request: Act | AskLLM, max_tokens: int, max_prompt: int | None = None
+    ) -> tuple[Any, int, Any]:
+        """The request cut to the model's context (and to `max_prompt` tokens) when the model can count
+        tokens (else as it is)."""
         if not isinstance(model, TokenCounter):
             return request, max_tokens, None
         try:
-            return fit_request(request, max_tokens, int(model.context_length), model.count_tokens)
+            context = int(model.context_length)
+            return fit_request(request, max_tokens, context, model.count_tokens, max_prompt=max_prompt)
         except Exception as e:  # counting failed: send it as it is; the backend answers with an error value
             return request, max_tokens, {"error": f"{type(e).__name__}: {e}"}
 
@@ -248,16 +252,22 @@ class Engine:
         act = path.pending
         assert isinstance(act, Act)
         max_tokens = max(1, min(act.max_tokens or cfg.max_tokens, cfg.max_tokens_per_episode - path.tokens))
-        act, max_tokens, fit = self._fit(self.policy, act, max_tokens)
+        act, max_tokens, fit = self._fit(self.policy, act, max_tokens, cfg.max_prompt_tokens)
         seed = calls.derive_seed(cfg.seed, run.question.id, path.parent, "policy")
         base = Sampling(cfg.temperature, cfg.top_p, max_tokens, tuple(act.stop), 1, seed)
         room = len(run.episode.nodes) + planned[id(run)] < cfg.max_nodes
         rule = cfg.fork_at(act.role, path.depth) if act.branch and room else None
+        prefix = act.prefix  # the act's own forced prefix replaces a rule's forced ones (k still applies)
         if act.branch and cfg.best_of.applies(act.role):
             plan = Plan(
-                run, path, act, [ChatRequest(act.messages, base.with_(n=cfg.best_of.n))], "select", fit
+                run,
+                path,
+                act,
+                [ChatRequest(act.messages, base.with_(n=cfg.best_of.n), prefix=prefix)],
+                "select",
+                fit,
             )
-        elif rule is not None and rule.forced:
+        elif rule is not None and rule.forced and not prefix:
             chat = [
                 ChatRequest(
                     act.messages,
@@ -269,8 +279,9 @@ class Engine:
             ]
             plan = Plan(run, path, act, chat, "fork", fit)
         else:
+            n = rule.k if rule else 1
             plan = Plan(
-                run, path, act, [ChatRequest(act.messages, base.with_(n=rule.k if rule else 1))], "fork", fit
+                run, path, act, [ChatRequest(act.messages, base.with_(n=n), prefix=prefix)], "fork", fit
             )
         planned[id(run)] += sum(r.sampling.n for r in plan.chat)
         return plan

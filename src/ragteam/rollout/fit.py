@@ -1,7 +1,8 @@
 """Fitting a prompt to the model's context: the stated policy, so an overlong prompt never fails an episode.
 
-A prompt must leave room for the reply: `prompt tokens + max_tokens <= context_length`. When it does not,
-in this order:
+A prompt must leave room for the reply: `prompt tokens + max_tokens <= context_length`, and, when the
+rollout sets `max_prompt_tokens` (C-3PO's Table 7: 4096), be no longer than that. When it does not, in this
+order:
 
 1. **drop documents**, the lowest-ranked first (the last of the longest group when the documents come in
    groups, e.g. a RAG-Gym history of searches), keeping at least one;
@@ -35,16 +36,25 @@ def _bytes(messages: list[Message]) -> int:
 
 
 def fit_request(
-    request: Act | AskLLM, max_tokens: int, context: int, count: Callable[[list[Message]], int]
+    request: Act | AskLLM,
+    max_tokens: int,
+    context: int,
+    count: Callable[[list[Message]], int],
+    max_prompt: int | None = None,
 ) -> tuple[Act | AskLLM, int, dict[str, Any] | None]:
-    """(request, max_tokens) cut to fit `context` tokens, and the record of what was cut (None: it fit)."""
-    room = context - max_tokens
+    """(request, max_tokens) cut to fit `context` tokens, and the record of what was cut (None: it fit).
+    `max_prompt` also caps the prompt itself (C-3PO's "prompt max len"); shortening the reply cannot help
+    a prompt over that cap, so such a prompt goes from step 2 to step 4."""
+    cap = max_prompt if max_prompt is not None else context
+    room = min(context - max_tokens, cap)
     if _bytes(request.messages) <= room:
         return request, max_tokens, None
     before = count(request.messages)
     if before <= room:
         return request, max_tokens, None
     record: dict[str, Any] = {"prompt_tokens": before, "context": context}
+    if max_prompt is not None:
+        record["max_prompt"] = max_prompt
     n = before
     spec, fields = request.spec, request.fields
     if spec is not None and spec.docs is not None and fields and fields.get(spec.docs):
@@ -63,10 +73,10 @@ def fit_request(
             request = spec.rebuild(request, **{spec.docs: docs})
             n = count(request.messages)
         record.update(docs_dropped=dropped, passages_shortened=shortened)
-    if n > room and context - n >= MIN_REPLY:
+    if n > room and n <= cap and context - n >= MIN_REPLY:
         record["max_tokens"] = {"asked": max_tokens, "kept": context - n}
         max_tokens = context - n
-        room = context - max_tokens
+        room = min(context - max_tokens, cap)
     if n > room:
         request, n = _cut_text(request, n, room, count)
         record["text_cut"] = True

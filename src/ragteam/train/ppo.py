@@ -30,14 +30,17 @@ Output in `--out`: the final policy (a model folder: `--policy.model OUT`) and i
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import os
 import random
 import shutil
 import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,22 @@ from ragteam.eval.folder import flatten
 from ragteam.eval.scores import bootstrap_ci, episode_scores
 from ragteam.rollout.tree import Episode
 from ragteam.train.actor_critic import ActorCritic, completion_logprobs
+from ragteam.train.distributed import (
+    SINGLE,
+    Dist,
+    from_env,
+    gather_shares,
+    load_optimizer_state,
+    merge_meters,
+    no_sync,
+    optimizer_state,
+    rank_device,
+    save_actor_critic,
+    sharded,
+    share,
+    split_tokens,
+    wrap,
+)
 from ragteam.train.experience import Sample, micro_batches, minibatches, pack_samples, samples_from_episodes
 from ragteam.train.losses import (
     KLController,
@@ -63,7 +82,14 @@ from ragteam.train.losses import (
 )
 from ragteam.train.meters import PhaseTimer, RoleMeters
 from ragteam.train.ppo_config import PPOConfig, PPOOptions, with_recipe
-from ragteam.train.sync import PushToServer, SharedModule, WeightSync
+from ragteam.train.sync import (
+    PushToCopy,
+    PushToServer,
+    PushToVLLM,
+    PushToWorkers,
+    SharedModule,
+    WeightSync,
+)
 
 __all__ = ["PPOConfig", "train_ppo"]
 
@@ -92,6 +118,8 @@ class Run:
     device: torch.device
     sync: WeightSync
     tb: Any = None
+    dist: Dist = SINGLE  # this process's rank under torchrun (train/distributed.py)
+    model: Any = None  # what the update runs through: `ac`, or `ac` wrapped by DDP / FSDP
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
     state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "generated_tokens": 0})
 
@@ -135,9 +163,11 @@ def _fastest_adamw(device: torch.device) -> dict[str, bool]:
     return {"fused": True}
 
 
-def build_optimizer(ac: ActorCritic, opts: PPOOptions, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(
+    ac: ActorCritic, opts: PPOOptions, device: torch.device, fused: bool = True
+) -> torch.optim.Optimizer:
     """AdamW with two groups: the policy's weights at `lr`, the critic's (value head, and its trunk when
-    separate) at `critic_lr`."""
+    separate) at `critic_lr`. `fused=False`: the foreach kernel (FSDP's sharded parameters)."""
     critic_params = [*ac.value_head.parameters()]
     if ac.critic_trunk is not None:
         critic_params += list(ac.critic_trunk.parameters())
@@ -147,7 +177,7 @@ def build_optimizer(ac: ActorCritic, opts: PPOOptions, device: torch.device) -> 
             {"params": critic_params, "lr": opts.critic_lr},
         ],
         weight_decay=opts.weight_decay,
-        **_fastest_adamw(device),
+        **(_fastest_adamw(device) if fused else {"foreach": True}),
     )
 
 
@@ -158,11 +188,8 @@ def build(cfg: PPOConfig) -> Run:
     from ragteam.config import save_resolved
     from ragteam.data.questions import read_questions
     from ragteam.eval.folder import select_questions
-    from ragteam.eval.setup import build_retriever, build_workflow
-    from ragteam.llm.factory import build_chat_model
+    from ragteam.eval.setup import build_workflow
     from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
-    from ragteam.rollout.engine import Engine
-    from ragteam.rollout.select import build_scorer
     from ragteam.train.common import prepare_out_dir, resolve_init
 
     get_credit(cfg.ppo.credit)  # an unknown name fails before anything loads
@@ -176,12 +203,23 @@ def build(cfg: PPOConfig) -> Run:
     if not questions:
         raise ValueError(f"{cfg.data}: no training questions at offset {cfg.offset}")
 
-    resume_from = prepare_out_dir(cfg)  # type: ignore[arg-type]  (duck-typed: .out, .resume)
+    device = resolve_device(cfg.device)
+    dist = from_env(device)  # torchrun: one rank of a data-parallel job (train/distributed.py)
+    device = rank_device(device, dist)
+    shard = dist.on and cfg.ppo.parallel == "fsdp"
+    if dist.on and cfg.rollout.workers > 1:
+        raise ValueError("under torchrun every rank rolls out its share itself: drop --rollout.workers")
+    if dist.main:  # rank 0 alone writes the output folder
+        resume_from = prepare_out_dir(cfg)  # type: ignore[arg-type]  (duck-typed: .out, .resume)
+        save_resolved(cfg, cfg.out, "train ppo")
+    dist.barrier()
+    if not dist.main:
+        from ragteam.train.common import checkpoints
+
+        resume_from = checkpoints(cfg.out)[-1] if cfg.resume else None
     init = resolve_init(cfg.init)
-    save_resolved(cfg, cfg.out, "train ppo")
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
     dtype = DTYPES[cfg.policy.dtype]
 
     tokenizer = AutoTokenizer.from_pretrained(init)
@@ -195,22 +233,25 @@ def build(cfg: PPOConfig) -> Run:
     if cfg.ppo.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
 
-    if cfg.policy.backend == "local":
-        rollout_policy = LocalChatModel.from_model(
-            policy, tokenizer, name="policy", max_batch_size=cfg.policy.max_batch_size
-        )
-        sync: WeightSync = SharedModule()
-    else:  # a server: it gets the trained weights before every rollout (see train/sync.py)
-        rollout_policy = build_chat_model(cfg.policy)
-        sync = PushToServer.for_base_url(cfg.policy.base_url or "", Path(cfg.out) / "sync")
-    llm = build_chat_model(cfg.llm) if "llm" in workflow.needs else None
-    retriever = (
-        build_retriever(cfg, data=cfg.data, fmt=qset.format) if "retriever" in workflow.needs else None
-    )
-    scorer = build_scorer(cfg.rollout, rollout_policy, llm, retriever, None)
-    engine = Engine(rollout_policy, llm, retriever, cfg.rollout, scorer=scorer)
+    if cfg.rollout.workers > 1:  # Ray actors, each with its own copy of the policy (rollout/distributed.py)
+        from ragteam.rollout.distributed import RayEngine
 
-    optimizer = build_optimizer(ac, cfg.ppo, device)
+        engine = RayEngine.from_config(partial(rollout_engine, cfg, qset.format), cfg.rollout)
+    elif cfg.policy.backend == "local":  # the trained module itself (FSDP shards it: a whole copy, then)
+        module = copy.deepcopy(policy) if shard else policy
+        engine = rollout_engine(
+            cfg,
+            qset.format,
+            LocalChatModel.from_model(
+                module, tokenizer, name="policy", max_batch_size=cfg.policy.max_batch_size
+            ),
+        )
+    else:  # a server
+        engine = rollout_engine(cfg, qset.format)
+    sync = PushToCopy(module) if shard and cfg.policy.backend == "local" else weight_sync(cfg, engine)
+
+    model = wrap(ac, dist, cfg.ppo.parallel)  # before the optimizer: FSDP replaces the parameters
+    optimizer = build_optimizer(ac, cfg.ppo, device, fused=not shard)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
     kl = KLController(
         beta=cfg.ppo.kl_beta,
@@ -225,10 +266,51 @@ def build(cfg: PPOConfig) -> Run:
         cfg, Path(cfg.out), workflow, engine, tokenizer, ac, ref, optimizer, scheduler, kl,
         questions, eval_questions, device, sync,
     )  # fmt: skip
+    run.dist, run.model = dist, model
     if resume_from is not None:
         load_checkpoint(run, resume_from)
-    run.tb = _tensorboard(run)
+    run.tb = _tensorboard(run) if dist.main else None
     return run
+
+
+def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
+    """The rollout engine: `policy` (the trained module, in process), else the policy as configured: a
+    server, or, in a Ray rollout worker, a copy of `--init` that gets the trained weights pushed before
+    every rollout. The fixed LLM and the retriever are built here too (once per worker)."""
+    from ragteam.eval.setup import build_retriever, build_workflow
+    from ragteam.llm.factory import build_chat_model
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.rollout.engine import Engine
+    from ragteam.rollout.select import build_scorer
+    from ragteam.train.common import resolve_init
+
+    needs = build_workflow(cfg).needs
+    if policy is None and cfg.policy.backend == "local":
+        p = cfg.policy
+        policy = LocalChatModel(
+            resolve_init(cfg.init),
+            device=p.device,
+            dtype=p.dtype,
+            max_batch_size=p.max_batch_size,
+            name="policy",
+        )
+    elif policy is None:
+        policy = build_chat_model(cfg.policy)
+    llm = build_chat_model(cfg.llm) if "llm" in needs else None  # never the policy: that one is trained
+    retriever = build_retriever(cfg, data=cfg.data, fmt=fmt) if "retriever" in needs else None
+    scorer = build_scorer(cfg.rollout, policy, llm, retriever, None)
+    return Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)
+
+
+def weight_sync(cfg: PPOConfig, engine: Any) -> WeightSync:
+    """How the rollout backend gets the trained weights before each rollout (train/sync.py)."""
+    folder = Path(cfg.ppo.sync_folder) if cfg.ppo.sync_folder else Path(cfg.out) / "sync"
+    if cfg.policy.backend == "local":
+        return PushToWorkers(engine) if cfg.rollout.workers > 1 else SharedModule()
+    key = os.environ.get(cfg.policy.api_key_env) or None  # the key the rollout client sends, if any
+    if cfg.ppo.weight_sync == "vllm":
+        return PushToVLLM(cfg.policy.base_url or "", folder, api_key=key)
+    return PushToServer.for_base_url(cfg.policy.base_url or "", folder, api_key=key)
 
 
 # ============================================================================ the phases
@@ -251,13 +333,23 @@ def rollout(run: Run, iteration: int) -> list[Episode]:
     from ragteam.metrics.answer import score_answer
 
     cfg = run.cfg
-    run.sync.push(run.ac.policy, iteration)  # a served policy gets the weights after `iteration` updates
+    push(run, iteration)  # a served policy gets the weights after `iteration` updates
     batch = iteration_questions(run.questions, iteration, cfg.questions_per_iteration, cfg.seed)
     run.engine.config = cfg.rollout.model_copy(update={"seed": cfg.seed * 1_000_003 + iteration})
     report = run.engine.run(
-        run.workflow, batch, reward=lambda q, a: score_answer(a, q), progress=cfg.progress
+        run.workflow,
+        share(batch, run.dist),  # under torchrun, this rank's share; the episodes are then gathered
+        reward=lambda q, a: score_answer(a, q),
+        progress=cfg.progress and run.dist.main,
     )
-    return report.episodes
+    return gather_shares(report.episodes, run.dist)
+
+
+def push(run: Run, iteration: int) -> None:
+    """The current weights to the rollout backend (rank 0 pushes to a server; every rank then waits)."""
+    if run.dist.main or isinstance(run.sync, SharedModule) or getattr(run.sync, "collective", False):
+        run.sync.push(run.ac.policy, iteration)
+    run.dist.barrier()
 
 
 def judge_leaves(run: Run, episodes: list[Episode]) -> None:
@@ -288,14 +380,26 @@ def advantages(run: Run, samples: list[Sample]) -> Experience:
     n, longest = len(samples), max(len(s.completion_ids) for s in samples)
     old_logp, ref_logp, values = (torch.zeros(n, longest, device=dev) for _ in range(3))
     mask = torch.zeros(n, longest, dtype=torch.bool, device=dev)
-    for idx in micro_batches(samples, range(n), cfg.micro_tokens):
-        batch = pack_samples([samples[i] for i in idx]).to(dev)
+    dist = run.dist
+    every = micro_batches(samples, range(n), cfg.micro_tokens)
+    mine = every[dist.rank :: dist.world]  # torchrun: every world-th micro-batch; the others score the rest
+    # FSDP gathers weights inside each forward: every rank runs as many (one scores a batch for nothing)
+    steps = -(-len(every) // dist.world) if sharded(run.ac) else len(mine)
+    for k in range(steps):
+        idx = mine[k] if k < len(mine) else None
+        batch = pack_samples([samples[i] for i in idx or every[0]]).to(dev)
         t = batch.mask.shape[1]
         scored = run.ac(batch)
+        if idx is None:
+            continue
         ref, _, _ = completion_logprobs(run.ref, batch)
         rows = torch.tensor(idx, device=dev)
         old_logp[rows, :t], ref_logp[rows, :t], values[rows, :t] = scored.logp, ref, scored.values
         mask[rows, :t] = batch.mask
+    if dist.on:  # each row was filled by one rank, zeros elsewhere: the sum is the whole table
+        filled = mask.to(torch.int32)
+        dist.sum_(old_logp, ref_logp, values, filled)
+        mask = filled.bool()
     drift = _logprob_drift(samples, old_logp)
     kl = kl_penalty(old_logp, ref_logp, cfg.kl_estimator) * mask
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32, device=dev)
@@ -319,36 +423,56 @@ def _logprob_drift(samples: list[Sample], old_logp: Tensor) -> float | None:
 
 
 def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
-    """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per role."""
-    cfg, dev = run.cfg.ppo, run.device
+    """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per role.
+
+    Under torchrun each rank takes a token-balanced share of every minibatch; its loss is scaled by the
+    world size because DDP averages the ranks' gradients, so the gradient is the token mean over the whole
+    minibatch, as in one process (train/distributed.py)."""
+    cfg, dev, dist = run.cfg.ppo, run.device, run.dist
     meters = RoleMeters()
     gen = torch.Generator().manual_seed(run.cfg.seed * 1_000_003 + iteration)
     params = [p for g in run.optimizer.param_groups for p in g["params"]]
+    lengths = [s.length for s in exp.samples]
     if cfg.gradient_checkpointing:
         run.ac.policy.train()
     for _ in range(cfg.epochs):
         for mb in minibatches(exp.samples, cfg.minibatch_tokens, generator=gen):
             run.optimizer.zero_grad(set_to_none=True)
             mb_tokens = exp.mask[mb].sum().clamp_min(1)
-            for idx in micro_batches(exp.samples, mb, cfg.micro_tokens):
+            split = [
+                micro_batches(exp.samples, part, cfg.micro_tokens)
+                for part in split_tokens(mb, lengths, dist.world)
+            ]
+            micro = split[dist.rank]
+            # every rank runs as many forward/backward passes (the collectives pair up): a rank with fewer
+            # micro-batches pads with zero-loss passes
+            steps = max(len(m) for m in split)
+            for k in range(steps):
+                idx = micro[k] if k < len(micro) else mb[:1]
+                weight = float(dist.world) if k < len(micro) else 0.0
                 batch = pack_samples([exp.samples[i] for i in idx]).to(dev)
                 t, rows = batch.mask.shape[1], torch.tensor(idx, device=dev)
                 old, adv, ret, old_v = (
                     x[rows, :t] for x in (exp.old_logp, exp.advantages, exp.returns, exp.old_values)
                 )
-                out = run.ac(batch, entropy=True)
-                pg, _ = policy_loss(out.logp, old, adv, batch.mask, clip=cfg.clip)
-                vf, _ = value_loss(out.values, old_v, ret, batch.mask, clip=cfg.value_clip)
-                ent = masked_mean(out.entropy, batch.mask)
-                loss = pg + cfg.vf_coef * vf - cfg.ent_coef * ent
-                (loss * batch.mask.sum() / mb_tokens).backward()  # token mean over the whole minibatch
-                _role_stats(meters, batch, out, old, adv, ret, old_v, cfg)
+                with no_sync(run.model, last=k == steps - 1):
+                    out = run.model(batch, entropy=True)
+                    pg, _ = policy_loss(out.logp, old, adv, batch.mask, clip=cfg.clip)
+                    vf, _ = value_loss(out.values, old_v, ret, batch.mask, clip=cfg.value_clip)
+                    ent = masked_mean(out.entropy, batch.mask)
+                    loss = pg + cfg.vf_coef * vf - cfg.ent_coef * ent
+                    # token mean over the whole minibatch (all ranks' shares)
+                    (loss * batch.mask.sum() / mb_tokens * weight).backward()
+                if weight:
+                    _role_stats(meters, batch, out, old, adv, ret, old_v, cfg)
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             run.optimizer.step()
+            if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
+                norm = norm.full_tensor()
             meters.add(None, "grad_norm", float(norm))
     run.ac.eval()
     run.scheduler.step()
-    return meters
+    return merge_meters(meters, dist)
 
 
 @torch.no_grad()
@@ -386,27 +510,28 @@ def evaluate(run: Run) -> dict[str, Any]:
 
     if not run.eval_questions:
         return {}
-    run.sync.push(run.ac.policy, run.state["iteration"])
+    push(run, run.state["iteration"])
     greedy = run.cfg.rollout.model_copy(update={"temperature": 0.0, "forks": [], "seed": run.cfg.seed})
     saved, run.engine.config = run.engine.config, greedy
     t0 = time.perf_counter()
     try:
         report = run.engine.run(
             run.workflow,
-            run.eval_questions,
+            share(run.eval_questions, run.dist),
             reward=lambda q, a: score_answer(a, q),
-            progress=run.cfg.progress,
+            progress=run.cfg.progress and run.dist.main,
         )
     finally:
         run.engine.config = saved
-    scores = [episode_scores(ep) or {} for ep in report.episodes]
+    episodes = gather_shares(report.episodes, run.dist)
+    scores = [episode_scores(ep) or {} for ep in episodes]
     out: dict[str, Any] = {"questions": len(scores), "seconds": round(time.perf_counter() - t0, 1)}
     for metric in ("em", "f1", "cover_em"):
         values = [100.0 * s.get(metric, 0.0) for s in scores]
         lo, hi = bootstrap_ci(values)
         out[metric] = {"mean": float(np.mean(values)), "ci95": [lo, hi]}
-    out["invalid"] = invalid_action_stats(report.episodes)
-    strategy = strategy_stats(report.episodes)
+    out["invalid"] = invalid_action_stats(episodes)
+    strategy = strategy_stats(episodes)
     if strategy:
         out["strategy"] = strategy
     return out
@@ -421,12 +546,13 @@ def save_checkpoint(run: Run, iteration: int, row: dict[str, Any] | None = None)
     back on resume."""
     final = run.out / f"checkpoint-{iteration}"
     tmp = run.out / f".checkpoint-{iteration}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    run.ac.save(tmp, run.tokenizer)
-    torch.save(
-        {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict()},
-        tmp / "optimizer.pt",
-    )
+    if run.dist.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    save_actor_critic(run.ac, tmp, run.tokenizer, run.dist)  # under torchrun every rank calls this...
+    optimizer = optimizer_state(run.model, run.optimizer)
+    if not run.dist.main:  # ...and rank 0 alone writes
+        return final
+    torch.save({"optimizer": optimizer, "scheduler": run.scheduler.state_dict()}, tmp / "optimizer.pt")
     torch.save(
         {
             "python": random.getstate(),
@@ -457,7 +583,7 @@ def _prune_checkpoints(run: Run) -> None:
 def load_checkpoint(run: Run, folder: Path) -> None:
     """Restore what `save_checkpoint` wrote (the weights are loaded by `build`)."""
     opt = torch.load(folder / "optimizer.pt", map_location=run.device, weights_only=False)
-    run.optimizer.load_state_dict(opt["optimizer"])
+    load_optimizer_state(run.model, run.optimizer, opt["optimizer"])
     run.scheduler.load_state_dict(opt["scheduler"])
     rng = torch.load(folder / "rng.pt", weights_only=False)
     random.setstate(rng["python"])
@@ -470,7 +596,7 @@ def load_checkpoint(run: Run, folder: Path) -> None:
     run.kl.beta, run.kl.steps, run.kl.beta_start = kl["beta"], kl["steps"], kl["beta_start"]
     row = state.pop("log_row", None)
     logged = [json.loads(x) for x in (run.out / "log.jsonl").read_text(encoding="utf-8").splitlines() if x]
-    if row is not None and not any(r.get("step") == row["step"] for r in logged):
+    if row is not None and run.dist.main and not any(r.get("step") == row["step"] for r in logged):
         with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
     run.state = {k: state[k] for k in ("iteration", "generated_tokens")}
@@ -622,13 +748,22 @@ def train_ppo(cfg: PPOConfig) -> Path:
             if (it + 1) % cfg.save_every == 0 or last:
                 save_checkpoint(run, it + 1, row)
         row["seconds"] = {k: round(v, 2) for k, v in timer.seconds.items()}
-        log_iteration(run, row)
+        if run.dist.main:
+            log_iteration(run, row)
         if spent:
-            print(f"ppo: token budget {cfg.budget_tokens} spent after {it + 1} iterations", file=sys.stderr)
+            if run.dist.main:
+                print(
+                    f"ppo: token budget {cfg.budget_tokens} spent after {it + 1} iterations", file=sys.stderr
+                )
             break
 
-    run.ac.save(run.out, run.tokenizer)
-    write_curves(run.out)
+    save_actor_critic(run.ac, run.out, run.tokenizer, run.dist)
+    if run.dist.main:
+        write_curves(run.out)
+    run.dist.barrier()  # the output is complete when any rank returns
+    close = getattr(run.engine, "close", None)  # Ray rollout workers (--rollout.workers)
+    if close is not None:
+        close()
     if run.tb is not None:
         run.tb.close()
     return run.out

@@ -53,7 +53,9 @@ class PPOOptions(Config):
     kl_target: float | None = Field(
         None, gt=0, description="adaptive beta: the KL per token to hold (Ziegler et al.)"
     )
-    kl_horizon: int = Field(10, ge=1, description="adaptive beta: iterations to correct a 20%% KL error")
+    kl_horizon: int = Field(
+        10, ge=1, description="adaptive beta: iterations to correct a 20 percent KL error"
+    )
     kl_anneal_to: float | None = Field(
         None, ge=0, description="annealed beta: its value at the last iteration (linear)"
     )
@@ -69,6 +71,22 @@ class PPOOptions(Config):
         False, description="value head on the policy's trunk (half the memory) instead of a separate critic"
     )
     gradient_checkpointing: bool = Field(False, description="recompute activations: less memory, slower")
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="under torchrun: ddp = every rank holds the whole model, gradients all-reduced; fsdp = "
+        "parameters, gradients and optimizer state sharded over the ranks (docs/distributed.md)",
+    )
+    weight_sync: Literal["server", "vllm"] = Field(
+        "server",
+        description="how a served policy (--policy.backend openai) gets the trained weights before each "
+        "rollout: server = `ragteam serve llm --allow-weight-updates` (/v1/load_weights); vllm = a vLLM "
+        "server on --ppo.sync-folder, started with VLLM_SERVER_DEV_MODE=1 (reload_weights, then "
+        "reset_prefix_cache; docs/distributed.md)",
+    )
+    sync_folder: str | None = Field(
+        None,
+        description="where pushed weights are written (default OUT/sync; for vllm: the folder it serves)",
+    )
 
 
 class PPOConfig(RunConfig):

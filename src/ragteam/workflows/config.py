@@ -1,17 +1,29 @@
-"""Settings every workflow reads: retrieval depth, strategy switches, step limits."""
+"""Settings every workflow reads: retrieval depth, strategy switches, step limits, and the profile.
+
+`profile` names a set of defaults per workflow (`ragteam.workflows.profiles`: `small`, the defaults as they
+were; `paper`, each paper's stated values). Every command's config (eval, ask, collect, train ppo) derives
+from `WorkflowConfig`, so this class's validator is the one place a profile is applied: it fills the values
+the user did not set, for the workflow the config names, before the fields are validated.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ragteam.config import Config
+from ragteam.workflows import profiles
 
 
 class WorkflowConfig(Config):
     """Options of the workflows; each workflow reads the fields that concern it and ignores the rest."""
 
+    profile: Literal["small", "paper"] = Field(
+        "small",
+        description="defaults per workflow: small (sized for a small model on a CPU) or paper (each "
+        "paper's stated values: docs/workflows.md); values set explicitly win over the profile",
+    )
     topk: int = Field(5, ge=1, le=100, description="documents retrieved per query")
     variant: Literal["qr-s-g", "s-g", "qr-g"] = Field(
         "qr-s-g",
@@ -20,13 +32,46 @@ class WorkflowConfig(Config):
     candidates: int = Field(
         10, ge=1, le=50, description="MMOA-RAG: size K of the candidate set for the Selector"
     )
+    fill_from_question: bool = Field(
+        True,
+        description="MMOA-RAG: also search the question itself and fill the candidate slots the "
+        "sub-questions leave free from its hits (the paper: no, the sub-questions' searches only)",
+    )
     strategy: Literal["auto", "no_retrieval", "retrieval", "planning"] = Field(
         "auto",
-        description="C-3PO: force one strategy for every question (fixed-strategy ablation); auto = router",
+        description="C-3PO: force one strategy for every question (fixed-strategy ablation, Table 3; a "
+        "forced [Retrieval] still lets the proxy write the query); auto = router",
     )
     max_rounds: int = Field(
         5, ge=1, le=20, description="C-3PO: retrieval-filter rounds in planning mode (not the rollout depth)"
     )
     max_steps: int = Field(
-        10, ge=1, le=30, description="RAG-Gym: search-or-answer steps before forcing an answer"
+        10, ge=1, le=30, description="RAG-Gym: search-or-answer steps (actor acts) per question"
     )
+    last_step: Literal["answer", "same"] = Field(
+        "answer",
+        description="RAG-Gym: the last step's template: answer (answer-only, so every question gets an "
+        "answer) or same (the agent's own, as in the paper; a search there ends without an answer)",
+    )
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _profile(cls, data: Any, handler: Any) -> Any:
+        """Fill the profile's values under the explicit ones, then forget that they were set (so a recipe
+        applied later, `exclude_unset`, still sees them as defaults)."""
+        data, filled = profiles.apply_profile(cls, data, fields=_fillable(cls))
+        model = handler(data)
+        if filled:
+            profiles.unmark(model, filled)
+        return model
+
+
+def _fillable(cls: type[Config]) -> dict[str, Any]:
+    """The fields a profile may fill: all of `cls`'s, except workflow options a subclass redefines with
+    another default (collect's `--candidates`, which means N candidates there, not MMOA-RAG's K)."""
+    base = WorkflowConfig.model_fields
+    return {
+        name: info
+        for name, info in cls.model_fields.items()
+        if name not in base or info.default == base[name].default
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ragteam.protocol import Workflow
+from ragteam.workflows import profiles
 from ragteam.workflows.baselines import Direct, StandardRAG
 from ragteam.workflows.c3po import C3PO
 from ragteam.workflows.config import WorkflowConfig
@@ -15,7 +16,7 @@ WORKFLOWS: list[str] = ["direct", "standard-rag", "c3po", "mmoa", *(f"gym:{a}" f
 
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
     """The workflow called `name`, configured by `cfg`; ValueError listing the known names otherwise."""
-    cfg = cfg if cfg is not None else WorkflowConfig()
+    cfg = with_profile(cfg if cfg is not None else WorkflowConfig(), name)
     if name == "direct":
         return Direct(cfg)
     if name == "standard-rag":
@@ -27,3 +28,15 @@ def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
     if name.startswith("gym:") and name[len("gym:") :] in AGENTS:
         return GymAgent(cfg, agent=name[len("gym:") :])
     raise ValueError(f"unknown workflow {name!r}; choose one of: {', '.join(WORKFLOWS)}")
+
+
+def with_profile(cfg: WorkflowConfig, name: str) -> WorkflowConfig:
+    """`cfg` with its profile's workflow options for `name` filled in where it sets none. A command's config
+    has them filled already (its validator knows the workflow); a bare `WorkflowConfig(profile="paper")`
+    built in code gets them here."""
+    unset = {
+        key: value
+        for key, value in profiles.values(cfg.profile, name).items()
+        if key in WorkflowConfig.model_fields and key not in cfg.model_fields_set
+    }
+    return cfg.model_copy(update=unset) if unset else cfg

@@ -9,10 +9,14 @@
                                                                                           (multi-step)
 
 The router, filter and decider are roles of the trainable policy (`Act`); the roadmap and the answer are the
-fixed LLM server's (`AskLLM`). `WorkflowConfig.strategy` other than `auto` skips the router and forces one
-strategy for every question (the paper's fixed-strategy ablation; the single pass then searches with the
-question). The filter's objective in the planning loop is the decider's thought, as in the paper's state
-transition (B.2). When a search keeps no document, the decider sees a note saying so under the query's name.
+fixed LLM server's (`AskLLM`). `WorkflowConfig.strategy` other than `auto` forces one strategy for every
+question (the paper's fixed-strategy ablation, Table 3). A forced `retrieval` still asks the router, with its
+reply forced to start with `[Retrieval]` (`Act.prefix`, the mechanism of the tree rollout's forced
+strategies): the proxy writes the query, and the router node is recorded; a malformed query falls back to the
+question, as the router's parser does. A forced `no_retrieval` or `planning` leaves the proxy nothing to write,
+so the router is not asked. The filter's objective in the planning loop is the decider's thought, as in the
+paper's state transition (B.2). When a search keeps no document, the decider sees a note saying so under the
+query's name.
 
 If the engine's budget stops a policy act (`BudgetExceeded`), the episode does not die: a stopped filter keeps
 every document, a stopped decider ends the loop, and the LLM answers with what was gathered.
@@ -24,6 +28,7 @@ rounds (retrieval-filter rounds), invalid (invalid actions, fallbacks taken), st
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Generator
 from typing import Any
 
@@ -44,6 +49,9 @@ from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64
 """The router writes one tag and at most a short query."""
+
+FORCED_RETRIEVAL = "[Retrieval]"
+"""The router's reply under `--strategy retrieval`: this prefix, then the proxy's own query."""
 
 STOP = ("\nQuestion:",)
 """Filter and decider stop if they start a new question (small models repeat the prompt's pattern); the
@@ -134,17 +142,20 @@ class C3PO(Workflow):
         count = _Count()
         strategy = self.cfg.strategy
         query = q
-        if strategy == "auto":
+        if strategy in ("auto", "retrieval"):
+            act = ROUTER.act(question=q)
+            if strategy == "retrieval":
+                act = dataclasses.replace(act, prefix=FORCED_RETRIEVAL)
             try:
-                acted = yield ROUTER.act(question=q)
-            except BudgetExceeded:  # no act may run at all: the LLM answers alone
+                acted = yield act
+            except BudgetExceeded:  # no act may run at all: the LLM answers alone (or, forced, searches q)
                 acted = None
             if acted is None:
-                strategy = "no_retrieval"
+                strategy = "no_retrieval" if strategy == "auto" else strategy
             else:
                 count.seen(acted)
-                strategy = acted.action.kind
-                if strategy == "retrieval":
+                strategy = acted.action.kind if strategy == "auto" else strategy
+                if strategy == "retrieval" and acted.action.kind == "retrieval":
                     query = str(acted.action.value or q)
         info: dict[str, Any] = {"strategy": strategy, "forced": self.cfg.strategy != "auto"}
         if strategy == "no_retrieval":

@@ -3,8 +3,14 @@
 State: the question and the information-seeking history, a list of (query, documents) — shown to the actor as
 the documents themselves (RAG, ReAct) or as a short answer to each query written from them (Search-o1,
 Re2Search). Each step the actor either searches a query (the retriever returns `cfg.topk` documents, the state
-grows) or answers (the episode ends). At most `cfg.max_steps` actor steps: the last one may only answer
-(the forced-answer template), so at most `max_steps - 1` searches, as in the paper's cap of 10 iterations.
+grows) or answers (the episode ends). At most `cfg.max_steps` actor steps, the paper's cap of 10
+iterations. What the last step may do is `cfg.last_step`:
+
+- `answer` (the `small` profile): the last step only answers (the forced-answer template), so every question
+  gets an answer from at most `max_steps - 1` searches;
+- `same` (the paper's Algorithm 1, `--profile paper`): the last step uses the agent's own template. A search
+  there ends the episode without running it (no later step would read its documents): the answer is
+  Re2Search's latest predicted answer, empty for the other designs (stop `max_steps`).
 
 - direct, cot: one answering step, no retrieval.
 - rag: the question itself is searched first (no actor step), then one answering step over its documents.
@@ -19,8 +25,9 @@ purpose `summary`): in the paper only the actor is trained while the summarizer 
 If the engine's budget stops the actor (`BudgetExceeded`), the episode answers with Re2Search's last predicted
 answer (empty for the other designs).
 
-`Answer.info`: agent, steps (actor acts), searches, queries, forced (answered at the last, answer-only step),
-invalid (invalid actions), stop (answer | forced | budget).
+`Answer.info`: agent, steps (actor acts), searches (retrievals run), queries (the queries searched, then a
+last step's unrun one), forced (answered at the last, answer-only step), invalid (invalid actions), stop
+(answer | forced | max_steps | budget).
 """
 
 from __future__ import annotations
@@ -104,7 +111,8 @@ class GymAgent(Workflow):
         one_step = agent in ("direct", "cot", "rag")
         max_steps = 1 if one_step else self.cfg.max_steps
         for step in range(1, max_steps + 1):
-            forced = step == max_steps and not one_step
+            last = step == max_steps and not one_step
+            forced = last and self.cfg.last_step == "answer"
             mode = (
                 "answer"
                 if one_step or forced
@@ -132,6 +140,10 @@ class GymAgent(Workflow):
             query = str(acted.action.value)
             if agent == "re2search":
                 last_guess = predicted_answer(acted.text) or last_guess
+            if last:  # the paper's last step searched: nothing would read the documents
+                info["queries"].append(query)
+                info.update(forced=False, stop="max_steps")
+                return Answer(extract_answer(last_guess or "", question.choices), info=info)
             ranked = yield Retrieve([query], k=self.cfg.topk)
             docs = [h.doc for h in ranked[0]] if ranked else []
             info["searches"] += 1
@@ -141,6 +153,6 @@ class GymAgent(Workflow):
                 notes.append((query, summary.strip()))
             else:
                 docs_history.append((query, docs))
-        # Unreachable: the last step is answer-only, and an answer-only parse always answers.
+        # Unreachable: the last step answers (answer-only) or ends the episode (same).
         info["stop"] = "forced"
         return Answer(extract_answer(last_guess or "", question.choices), info=info)

@@ -3,7 +3,8 @@ Pure, and they never raise.
 
 | role      | kind      | value                    | penalty (paper)                              | fallback on malformed     |
 |-----------|-----------|--------------------------|----------------------------------------------|---------------------------|
-| rewriter  | rewrite   | sub-questions (list)     | -0.5 when more than 4 sub-questions          | the question itself       |
+| rewriter  | rewrite   | sub-questions (list)     | -0.5 when more than 4 sub-questions (however | the question itself       |
+|           |           |                          | separated: lines, `;`, `1. A 2. B`, `A? B?`) |                           |
 | selector  | select    | candidate ids (0-based)  | -1 for duplicate ids or ids not in the       | keep every candidate      |
 |           |           |                          | `Document0,Document4,...` format             | (when no id can be read)  |
 | generator | answer    | the short answer         | -0.5 when the answer is over-long            | empty answer              |
@@ -36,13 +37,50 @@ _LIST_MARK = re.compile(
 )
 
 
+_SEMICOLON = re.compile(r"\s*;\s*")
+_NEXT_QUESTION = re.compile(r"(?<=\?)\s+(?=[\"'“‘(]?[^\W_])")
+"""A question mark followed by the start of another sentence: `Who is X? When was he born?`."""
+
+
+def _numbered(line: str) -> list[str]:
+    """`1. A 2. B 3. C` (or `1) A 2) B`, `(1) A (2) B`, `Q1: A Q2: B`) split at its numbers, counted in
+    order from the line's first: a lone number inside a sub-question (`Apollo 11. ...`) is not a mark."""
+    first = re.match(r"\s*(\(?)(q\s*)?(\d{1,2})([.):])\s", line, re.IGNORECASE)
+    if first is None:
+        return [line]
+    opening, q, number, closing = first.group(1), first.group(2) or "", int(first.group(3)), first.group(4)
+    parts, start = [], 0
+    while True:
+        number += 1
+        mark = re.escape(opening) + (r"q\s*" if q else "") + str(number) + re.escape(closing)
+        nxt = re.search(r"\s" + mark + r"\s", line[start + 1 :], re.IGNORECASE)
+        if nxt is None:
+            break
+        cut = start + 1 + nxt.start()
+        parts.append(line[start:cut])
+        start = cut + 1
+    return [*parts, line[start:]]
+
+
+def split_subquestions(text: str) -> list[str]:
+    """The pieces of a rewrite, however the sub-questions are separated: lines, semicolons, inline
+    numbering (`1. A 2. B`), or one question mark after another (`A? B?`). Marks are left on the pieces."""
+    pieces: list[str] = []
+    for line in text.splitlines():
+        for part in _SEMICOLON.split(line):
+            for numbered in _numbered(part):
+                pieces += _NEXT_QUESTION.split(numbered)
+    return pieces
+
+
 def parse_rewriter(text: str, question: str = "") -> Action:
-    """Sub-questions, one per line (list marks such as `1.`, `-`, `Q1:` removed; header lines and repeats
-    dropped). None found: invalid, the question itself is the only sub-question."""
+    """Sub-questions, however they are separated (`split_subquestions`: lines, `;`, `1. A 2. B`, `A? B?`);
+    list marks such as `1.`, `-`, `Q1:` removed, header lines and repeats dropped. The penalty counts them
+    so: four questions on one line are four. None found: invalid, the question itself is the only one."""
     if not isinstance(text, str):
         text = ""
     subs: list[str] = []
-    for line in text.splitlines():
+    for line in split_subquestions(text):
         line = line.strip()
         previous = None
         while previous != line:

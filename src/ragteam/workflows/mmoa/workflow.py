@@ -8,10 +8,11 @@ All three roles are played by the trainable policy (`Act`; one model, parameter 
 Generator's answer is the final answer, so no LLM-server call is made. The Selector always receives a fixed
 set of K = `cfg.candidates` documents however many sub-questions there are (the paper's implementation
 details, 5.1.3): K is split across the sub-questions (2 sub-questions -> top 5 of each), duplicates are
-skipped, and slots left free are filled round-robin from the next hits of each sub-question, then from the
-hits of the question itself (searched alongside, in the same request, when it is not one of the
-sub-questions). At most K sub-questions are searched. Per-role penalties are on each node's `Action.penalty`
-(see `parsers`).
+skipped, and slots left free are filled round-robin from the next hits of each sub-question, then (with
+`cfg.fill_from_question`, the `small` profile) from the hits of the question itself, searched alongside in
+the same request when it is not one of the sub-questions. The paper's candidates come from the
+sub-questions' searches only (`--profile paper`). At most K sub-questions are searched. Per-role penalties are
+on each node's `Action.penalty` (see `parsers`).
 
 If the engine's budget stops an act (`BudgetExceeded`), a stopped rewriter falls back to the question, a
 stopped selector keeps every candidate; a stopped generator ends the path (a `truncated` leaf).
@@ -22,7 +23,7 @@ generator), invalid (invalid actions), penalties (role -> penalty), doc_ids (doc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
@@ -108,6 +109,19 @@ def merge_candidates(ranked: Sequence[Sequence[Hit]], k: int, backup: Sequence[H
     return out
 
 
+def gather_candidates(
+    question: str, subquestions: Sequence[str], k: int, fill_from_question: bool = True
+) -> Generator[Retrieve, Any, list[Doc]]:
+    """Search the sub-questions (at most `k`) in one request and merge their hits into the K candidates;
+    with `fill_from_question` the question is searched too and its hits fill the free slots (a rewrite that
+    matches little would otherwise shrink the set). Shared with the SFT labelling rollout, so both build the
+    same set."""
+    searched = list(subquestions[:k])
+    extra = [question] if fill_from_question and question not in searched else []
+    ranked = yield Retrieve(searched + extra, k=k)
+    return merge_candidates(ranked[: len(searched)], k, backup=ranked[-1] if extra else ())
+
+
 class MMOA(Workflow):
     """Query Rewriter, Selector and Generator as policy roles around a fixed retriever."""
 
@@ -133,12 +147,7 @@ class MMOA(Workflow):
                 subquestions = [str(s) for s in acted.action.value] or [q]
             except BudgetExceeded:
                 pass
-        searched = subquestions[:k]
-        # The question itself is searched too when it is not a sub-question: its hits fill the K slots that
-        # the sub-questions leave free (a rewrite that matches little would otherwise shrink the set).
-        extra = [q] if q not in searched else []
-        ranked = yield Retrieve(searched + extra, k=k)
-        candidates = merge_candidates(ranked[: len(searched)], k, backup=ranked[-1] if extra else ())
+        candidates = yield from gather_candidates(q, subquestions, k, self.cfg.fill_from_question)
         selected = list(range(len(candidates)))
         if variant in ("qr-s-g", "s-g") and candidates:
             try:

@@ -1,0 +1,78 @@
+"""`ragteam serve team`: serve a whole team (a workflow with its policy, LLM and retriever) as an OpenAI model.
+
+    ragteam serve team --workflow c3po --retriever.index indexes/hotpot --port 8002
+    curl -s localhost:8002/v1/chat/completions \\
+        -d '{"model": "c3po", "messages": [{"role": "user", "content": "Who directed Doctor Strange?"}]}'
+
+The last user message is the question, the answer is the reply; `"ragteam": {"trace": true}` adds the episode
+tree, `"stream": true` streams the answer. The team is assembled as `ragteam ask` and `ragteam eval` assemble it
+(`--policy.*`, `--llm.*`, `--retriever.*`, `--rollout.*` and the workflow options); concurrent requests share
+engine runs, so their model calls and searches are batched. See docs/serving.md and `ragteam.team_server`.
+`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ragteam.eval.setup import RunConfig
+from ragteam.serving import ServerConfig
+
+
+class Config(RunConfig, ServerConfig):
+    """Settings of `ragteam serve team`."""
+
+    data: str | None = Field(
+        None,
+        description="dataset whose pooled paragraphs are the corpus when neither --retriever.index nor "
+        "--retriever.url is given",
+    )
+    format: str | None = Field(None, description="reader format of --data (default: detected from the file)")
+    served_name: str | None = Field(
+        None, description="model name clients send and /v1/models lists (default: the --workflow value)"
+    )
+    max_batch: int | None = Field(
+        None,
+        ge=1,
+        description="most questions gathered into one engine run (default: --rollout.max-concurrent)",
+    )
+    batch_wait_ms: float = Field(
+        10.0, ge=0, description="how long to wait for more questions before starting an engine run"
+    )
+    max_question_chars: int = Field(8000, ge=1, description="longest question accepted, in characters")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="largest request body accepted, in bytes")
+
+
+def run(cfg: Config) -> int:
+    from ragteam.eval.setup import build_run
+    from ragteam.serving import resolve_api_key, serve
+    from ragteam.team_server import make_app
+
+    parts = build_run(cfg, data=cfg.data, fmt=cfg.format)
+    name = cfg.served_name or cfg.workflow
+    app = make_app(
+        parts.engine,
+        parts.workflow,
+        name,
+        max_batch=cfg.max_batch,
+        batch_wait_ms=cfg.batch_wait_ms,
+        max_question_chars=cfg.max_question_chars,
+        max_body_bytes=cfg.max_body_bytes,
+        api_key=resolve_api_key(cfg.api_key),
+        docs=cfg.docs,
+        read_timeout=cfg.read_timeout,
+    )
+    pieces = [f"policy {cfg.policy.model}" if parts.policy is not None else None]
+    pieces.append(f"LLM {cfg.llm.model}" if parts.llm is not None else None)
+    pieces.append(f"{parts.retriever.name} retriever" if parts.retriever is not None else None)
+    team = ", ".join(p for p in pieces if p)
+    serve(
+        app,
+        cfg.host,
+        cfg.port,
+        log_level=cfg.log_level,
+        announce=[f"ragteam: team {cfg.workflow!r} ({team}) as model {name!r}; OpenAI API under /v1"],
+        read_timeout=cfg.read_timeout,
+        max_connections=cfg.max_connections,
+    )
+    return 0

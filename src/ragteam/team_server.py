@@ -1,0 +1,483 @@
+"""A team behind OpenAI's chat API: `POST /v1/chat/completions` runs one episode of a workflow per request.
+
+What `ragteam serve team` runs. To a client the team is a model: the last user message is the question, the
+team's answer is the assistant message's content, and `/v1/models` lists one model, the served name (the
+workflow's, by default). Any OpenAI client works (`openai`, curl, LangChain).
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="KEY")
+    r = client.chat.completions.create(model="c3po", messages=[{"role": "user", "content": "Who ...?"}],
+                                       extra_body={"ragteam": {"trace": True}})
+    r.choices[0].message.content, r.model_extra["ragteam"]["trace"]   # the answer, the episode tree
+
+Batching: the engine is what batches (policy acts, LLM calls and retrievals of many episodes go out as one
+call each), so requests are gathered into one `Engine.run`: a loop takes the first waiting question, gathers
+whatever else arrives within `batch_wait_ms` (up to `max_batch` questions) and runs them together in a worker
+thread. Each request is answered as soon as its own episode finishes, not when the whole run does. Questions
+that arrive while a run goes on wait for it to end and form the next run (the engine admits no question into
+a run that has started). A client that disconnects while its question waits is dropped from the next run; one
+whose episode already runs is answered to nobody (the engine cannot stop one episode of a run).
+
+Every request uses the question id `ask`, as `ragteam ask` does, so seeds (derived from the question id) and
+therefore answers are the ones `ragteam ask` gives with the same flags. Decoding is the server's: sampling
+fields of the request (temperature, max_tokens, ...) are accepted and ignored; the team's settings are the
+operator's `--rollout.*` flags.
+
+Extensions. `"ragteam": {"trace": true}` in the body adds the episode tree (as trace files store it,
+`Episode.to_dict`) to the response's non-standard `ragteam` field, which always holds the episode's `status`.
+`usage` sums the prompt and completion tokens of every policy and LLM call of the episode.
+
+Streaming (`"stream": true`): Server-Sent Events in OpenAI's `chat.completion.chunk` shape. The first chunk
+(role) is sent at once, keep-alive comments while the episode runs, then the answer in word-sized chunks, a
+final chunk with `finish_reason` (and the `ragteam` field), a usage chunk when `stream_options.include_usage`,
+and `data: [DONE]`. An episode that fails mid-stream sends an `{"error": ...}` event (OpenAI clients raise).
+
+Errors are OpenAI-shaped `{"error": {"message", "type", "param", "code"}}`, as the LLM server's: 400 for bad
+JSON, bad fields, no user message, an empty, overlong or unencodable question, `n` other than 1 or content that
+is not text; 401 without the API key; 404 for another model name; 408 / 413 for a slow or oversize body
+(refused from its Content-Length); 500 when no path of the episode reached an answer; 499, read by nobody, to
+a client that disconnected before its answer. The server never dies on input; a crashing run is retried one question at a time, so only the question that crashes it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from ragteam.protocol import Workflow
+from ragteam.rollout.engine import Engine
+from ragteam.rollout.tree import Episode
+from ragteam.serving import BearerAuth, BodyError, ClientGone, read_body, until_disconnect
+from ragteam.types import Question
+
+QUESTION_ID = "ask"
+"""The question id of every served question (as `ragteam ask`'s): seeds derive from it, so answers repeat."""
+
+
+# ---- the request -----------------------------------------------------------------------------------------
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[_Part] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        return self.content if isinstance(self.content, str) else "".join(p.text or "" for p in self.content)
+
+    def other_parts(self) -> list[str]:
+        """The types of the content parts that are not text (an image, audio): a team reads text only."""
+        return (
+            [] if not isinstance(self.content, list) else [p.type for p in self.content if p.type != "text"]
+        )
+
+
+class _StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: StrictBool = False
+
+
+class _Extension(BaseModel):
+    """The body's `ragteam` field. Unknown keys are refused: a typo (`"trcae"`) should not pass silently."""
+
+    model_config = ConfigDict(extra="forbid")
+    trace: StrictBool = False
+
+
+class TeamBody(BaseModel):
+    """The fields of a chat-completions request the team server reads (others are accepted and ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    messages: list[_Message] = Field(min_length=1)
+    stream: StrictBool = False
+    stream_options: _StreamOptions | None = None
+    n: int = 1
+    ragteam: _Extension | None = None
+
+
+def _error_body(
+    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def _error(
+    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
+) -> JSONResponse:
+    return JSONResponse(_error_body(status, message, kind, param), status)
+
+
+def _validation_message(e: ValidationError) -> tuple[str, str | None]:
+    parts, first = [], None
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        first = first or loc
+        parts.append(f"{loc}: {err['msg']}")
+    return "invalid request: " + "; ".join(parts), first
+
+
+def question_of(body: TeamBody, max_chars: int) -> str | JSONResponse:
+    """The question (the last user message's text, stripped), or a 400 saying what is wrong with it."""
+    index = next((i for i in range(len(body.messages) - 1, -1, -1) if body.messages[i].role == "user"), None)
+    if index is None:
+        return _error(
+            400, "messages holds no user message: the last user message is the question", param="messages"
+        )
+    param = f"messages.{index}.content"
+    if others := body.messages[index].other_parts():
+        return _error(400, f"the question must be text; it has {', '.join(others)} content", param=param)
+    text = body.messages[index].text().strip()
+    if not text:
+        return _error(400, "the question (the last user message) is empty", param=param)
+    if len(text) > max_chars:
+        return _error(400, f"the question has {len(text)} characters; at most {max_chars}", param=param)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but no text the team can read
+        return _error(
+            400, f"the question is not valid Unicode text ({e.reason} at character {e.start})", param=param
+        )
+    return text
+
+
+# ---- batching questions into engine runs -------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Waiting:
+    question: Question
+    future: asyncio.Future = field(repr=False)
+
+
+class TeamBatcher:
+    """Gathers the questions of concurrent requests into one `Engine.run` at a time (in a worker thread).
+
+    `run_sizes` counts runs by how many questions they held: what shows that concurrent requests share runs
+    (and so share the engine's batched model calls, counted in `engine.calls`)."""
+
+    def __init__(self, engine: Engine, workflow: Workflow, max_batch: int, batch_wait_ms: float) -> None:
+        self.engine, self.workflow = engine, workflow
+        self.max_batch = max_batch
+        self.wait_s = batch_wait_ms / 1000.0
+        self.queue: asyncio.Queue[_Waiting] | None = None
+        self.run_sizes: Counter[int] = Counter()
+        self.requests = 0
+        self.dropped = 0  # questions whose client left before their run started
+        self.running = 0  # questions in the run now going on
+
+    async def submit(self, text: str) -> Episode:
+        """The episode of `text`, run together with whatever else is waiting."""
+        assert self.queue is not None, "the batching loop is not running"
+        waiting = _Waiting(Question(id=QUESTION_ID, question=text, golden_answers=[]), _future())
+        await self.queue.put(waiting)
+        return await waiting.future
+
+    async def run(self) -> None:
+        self.queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self.queue.get()]
+            deadline = loop.time() + self.wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.queue.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self.queue.get(), left))
+                except TimeoutError:
+                    break
+            live = [w for w in batch if not w.future.done()]  # clients that gave up while waiting
+            self.dropped += len(batch) - len(live)
+            if not live:
+                continue
+            self.run_sizes[len(live)] += 1
+            self.requests += len(live)
+            self.running = len(live)
+            try:
+                await self._run(live, loop)
+            except Exception as e:  # noqa: BLE001 - a crashing run fails its questions, not the server
+                if len(live) == 1:
+                    _settle(live[0].future, e)
+                else:  # someone's question crashed it: run each alone, so only that one fails
+                    for w in live:
+                        if w.future.done():  # answered before the crash
+                            continue
+                        try:
+                            await self._run([w], loop)
+                        except Exception as own:  # noqa: BLE001 - this question's own failure
+                            _settle(w.future, own)
+            finally:
+                self.running = 0
+
+    async def _run(self, batch: list[_Waiting], loop: asyncio.AbstractEventLoop) -> None:
+        """One engine run over `batch`; each future is resolved as its episode finishes."""
+        by_question = {id(w.question): w.future for w in batch}
+
+        def finished(episode: Episode) -> None:  # in the engine's thread
+            fut = by_question.get(id(episode.question))
+            if fut is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: the server is stopping
+                    loop.call_soon_threadsafe(_settle, fut, episode)
+
+        questions = [w.question for w in batch]
+        report = await asyncio.to_thread(self.engine.run, self.workflow, questions, on_episode=finished)
+        for w, episode in zip(
+            batch, report.episodes
+        ):  # any not yet answered (none, unless on_episode failed)
+            _settle(w.future, episode)
+
+
+def _future() -> asyncio.Future:
+    return asyncio.get_running_loop().create_future()
+
+
+def _settle(fut: asyncio.Future, outcome: Any) -> None:
+    if fut.done():
+        return
+    if isinstance(outcome, BaseException):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)
+
+
+# ---- the response ------------------------------------------------------------------------------------------
+
+
+def usage_of(episode: Episode) -> dict[str, int]:
+    """Prompt and completion tokens of every policy and LLM call of the episode (OpenAI's `usage`)."""
+    calls = [n.completion for n in episode.nodes if n.completion is not None]
+    prompt = sum(c.prompt_tokens for c in calls)
+    completion = sum(c.completion_tokens for c in calls)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def extension_of(episode: Episode, trace: bool) -> dict[str, Any]:
+    """The response's `ragteam` field: the episode's status, and the episode itself when asked for."""
+    out: dict[str, Any] = {"status": episode.status}
+    if trace:
+        out["trace"] = episode.to_dict()
+    return out
+
+
+def _words(text: str) -> list[str]:
+    """`text` in stream chunks of one word each (with the spaces after it); joined they give `text` back."""
+    return re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+
+
+def _sse(data: dict[str, Any] | str) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def _failed_message(episode: Episode) -> str:
+    return f"the team did not answer: {episode.error or 'no path of the episode reached an answer'}"
+
+
+# ---- the app -------------------------------------------------------------------------------------------------
+
+
+def make_app(
+    engine: Engine,
+    workflow: Workflow,
+    served_name: str,
+    max_batch: int | None = None,
+    batch_wait_ms: float = 10.0,
+    max_question_chars: int = 8000,
+    max_body_bytes: int = 1_000_000,
+    api_key: str | None = None,
+    docs: bool = False,
+    read_timeout: float = 30.0,
+    keepalive_s: float = 15.0,
+) -> FastAPI:
+    """A FastAPI app answering chat completions with `workflow` run by `engine`; `app.state.batcher` holds the
+    batching counters. `max_batch` defaults to the engine's `max_concurrent` (episodes in flight at once).
+
+    With `api_key`, every route but /health answers 401 unless the request carries `Authorization: Bearer KEY`.
+    A body must arrive within `read_timeout` seconds (408 otherwise); a streamed answer sends a keep-alive
+    comment every `keepalive_s` seconds while its episode runs."""
+    batcher = TeamBatcher(engine, workflow, max_batch or engine.config.max_concurrent, batch_wait_ms)
+    created = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(batcher.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title=f"ragteam team server: {served_name}",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.state.batcher = batcher
+    app.state.served_name = served_name
+    app.state.api_key_required = bool(api_key)
+    if api_key:
+        app.add_middleware(
+            BearerAuth,
+            key=api_key,
+            error=lambda message: {
+                "error": {"message": message, "type": "invalid_api_key", "param": None, "code": 401}
+            },
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": served_name,
+            "workflow": getattr(workflow, "name", type(workflow).__name__),
+            "requests": batcher.requests,
+            "dropped": batcher.dropped,
+            "running": batcher.running,
+            "runs": sum(batcher.run_sizes.values()),
+            "max_run_seen": max(batcher.run_sizes, default=0),
+            "run_sizes": {str(k): v for k, v in sorted(batcher.run_sizes.items())},
+            "engine_calls": dict(engine.calls),
+        }
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": served_name, "object": "model", "created": created, "owned_by": "ragteam"}],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        try:
+            raw = await read_body(request, max_body_bytes, read_timeout)
+        except BodyError as e:
+            return _error(e.status, e.message)
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return _error(400, f"request body is not valid JSON: {e}")
+        except RecursionError:
+            return _error(400, "request body is not valid JSON: nested too deeply")
+        if not isinstance(data, dict):
+            return _error(400, "request body must be a JSON object")
+        try:
+            body = TeamBody.model_validate(data)
+        except ValidationError as e:
+            message, param = _validation_message(e)
+            return _error(400, message, param=param)
+        if body.model is not None and body.model != served_name:
+            return _error(
+                404,
+                f"model {body.model!r} not found; this server serves {served_name!r}",
+                "not_found_error",
+                "model",
+            )
+        if body.n != 1:
+            return _error(400, f"n must be 1 (a team gives one answer per question), got {body.n}", param="n")
+        question = question_of(body, max_question_chars)
+        if isinstance(question, JSONResponse):
+            return question
+        trace = bool(body.ragteam and body.ragteam.trace)
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(
+                _stream(question, completion_id, trace, usage),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
+        try:
+            episode = await until_disconnect(request, batcher.submit(question))
+        except ClientGone:
+            return _error(499, "the client closed the request", "client_closed_request")
+        except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
+            return _error(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
+        if episode.status == "failed":
+            return _error(500, _failed_message(episode), "server_error")
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": served_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": episode.answer},
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": usage_of(episode),
+                "ragteam": extension_of(episode, trace),
+            }
+        )
+
+    async def _stream(question: str, completion_id: str, trace: bool, usage: bool) -> AsyncIterator[bytes]:
+        """The SSE events of one streamed answer. Starlette cancels this generator when the client goes;
+        the `finally` then cancels the question, so a waiting one is dropped from the next run."""
+        created_at = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+            return {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created_at,
+                "model": served_name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+                **extra,
+            }
+
+        task = asyncio.ensure_future(batcher.submit(question))
+        try:
+            yield _sse(chunk({"role": "assistant", "content": ""}))
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=keepalive_s)
+                if done:
+                    break
+                yield b": keep-alive\n\n"  # SSE comment: clients skip it, proxies see a live connection
+            try:
+                episode = task.result()
+            except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
+                yield _sse(_error_body(500, f"the team failed: {type(e).__name__}: {e}", "server_error"))
+                return
+            if episode.status == "failed":
+                yield _sse(_error_body(500, _failed_message(episode), "server_error"))
+                return
+            for word in _words(episode.answer):
+                yield _sse(chunk({"content": word}))
+            yield _sse(chunk({}, "stop", ragteam=extension_of(episode, trace)))
+            if usage:
+                yield _sse({**chunk({}), "choices": [], "usage": usage_of(episode)})
+            yield _sse("[DONE]")
+        finally:
+            task.cancel()
+
+    return app
