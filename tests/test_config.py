@@ -141,3 +141,14 @@ def test_every_command_module_has_config_and_run():
         assert issubclass(mod.Config, Config), words
         assert callable(mod.run), words
     assert build_parser().format_help()
+
+
+def test_a_retriever_url_alone_means_the_remote_service():
+    import pytest
+
+    from ragteam.retrieval.config import RetrieverConfig
+
+    assert RetrieverConfig(url="http://127.0.0.1:8001").kind == "remote"
+    assert RetrieverConfig().kind == "hybrid"
+    with pytest.raises(ValueError, match="retriever.url is read only by retriever.kind remote"):
+        RetrieverConfig(url="http://127.0.0.1:8001", kind="bm25")

@@ -239,7 +239,7 @@ def test_metrics_table_several_workflows():
 
 def test_plots_written(tmp_path):
     names = plots.write_plots(stats.workflow_stats(EPISODES), tmp_path)
-    assert names == ["strategy.png", "depth.png"]
+    assert names == ["strategy.png", "depth.png", "policy-acts.png"]  # depth: C-3PO Fig. 6 count
     for name in names:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -221,6 +221,22 @@ def test_parts_then_finish_equal_one_build_and_resume_keeps_finished_shards(tmp_
     assert rows.tolist() == [7]
 
 
+def test_concurrent_builds_of_one_folder_keep_each_others_kinds(tmp_path):
+    """BM25 in one process, embedding in others: a manifest written from a stale copy keeps what the
+    other process recorded meanwhile (same corpus), and a manifest of another corpus replaces it."""
+    from ragteam.retrieval.index import _write_manifest
+
+    out = tmp_path / "x"
+    build_index(list(synthetic_docs(30, words=5)), out, kinds=["bm25"], progress=False)
+    stale = {**read_manifest(out), "kinds": ["dense"], "dense": {"shards": 1}}
+    del stale["bm25"]
+    _write_manifest(out, stale)
+    merged = read_manifest(out)
+    assert merged["kinds"] == ["bm25", "dense"] and "bm25" in merged and merged["dense"] == {"shards": 1}
+    _write_manifest(out, {**merged, "corpus_sha1": "other", "kinds": []})
+    assert read_manifest(out)["kinds"] == []
+
+
 def test_part_setting_is_checked():
     assert DenseBuild(part="3/8").part_of() == (3, 8)
     for bad in ("8/8", "x", "1/0"):

@@ -36,7 +36,7 @@ TRAIN_OFFSET = 20  # training questions start here; held-out questions are 0..qu
 # what the presets change; a flag given explicitly wins over its preset
 PRESETS: dict[str, dict[str, Any]] = {
     "fast": {"questions": 4, "sft_steps": 4, "ppo_iterations": 1, "ppo_questions": 4},
-    "default": {"questions": 8, "sft_steps": 8, "ppo_iterations": 1, "ppo_questions": 6},
+    "default": {"questions": 8, "sft_steps": 8, "ppo_iterations": 2, "ppo_questions": 4},
     "full": {"questions": 20, "sft_steps": 30, "ppo_iterations": 4, "ppo_questions": 8, "c3po_sft": True},
 }
 
@@ -71,8 +71,8 @@ class Config(BaseConfig):
     train: bool = Field(True, description="run the training stages (--no-train: evaluate only)")
     sft_steps: int = Field(8, ge=1, description="SFT optimizer steps (batch 4)")
     c3po_sft: bool = Field(False, description="add C-3PO rows rejection-sampled from tree rollouts to SFT")
-    ppo_iterations: int = Field(1, ge=0, description="PPO iterations after SFT (0: none)")
-    ppo_questions: int = Field(6, ge=1, description="training questions rolled out per PPO iteration")
+    ppo_iterations: int = Field(2, ge=0, description="PPO iterations after SFT (0: none)")
+    ppo_questions: int = Field(4, ge=1, description="training questions rolled out per PPO iteration")
     model: ModelConfig = Field(
         default_factory=ModelConfig, description="the model that plays the policy and the answering LLM"
     )
@@ -172,6 +172,8 @@ def run(cfg: Config) -> int:
         "passages": len(folder.docs),
         "retriever": cfg.retriever.kind,
         "model": cfg.model.model,
+        "roles_trained": "MMOA-RAG's Selector and Generator"
+        + (" and C-3PO's three roles" if cfg.c3po_sft else ""),
         "workflow": WORKFLOW_SETTINGS,
         "rollout": ROLLOUT_SETTINGS,
     }

@@ -3,7 +3,7 @@
     ragteam eval --workflow standard-rag --data hotpotqa-dev-500.jsonl --out runs/srag --limit 50
 
 Writes into --out: episodes.jsonl (one episode tree per question, streamed), metrics.json, predictions.jsonl,
-report.md, strategy.png / depth.png and config.yaml (and skipped.jsonl: the lines of records skipped with
+report.md, strategy.png / depth.png (Fig. 6 count) / policy-acts.png and config.yaml (and skipped.jsonl: the lines of records skipped with
 --skip-bad). Run the same command again to resume an interrupted eval.
 
 The corpus: `--corpus distractor` (default: the --data file's own paragraphs, gold included), `--corpus pooled`

@@ -25,9 +25,13 @@ class Config(ServerConfig):
         None,
         description="retriever to serve (default: hybrid when the folder has both indexes, else its one)",
     )
-    dense_backend: Literal["exact", "faiss"] = Field(
-        "exact", description="dense search: exact or faiss (HNSW)"
+    dense_backend: Literal["exact", "faiss", "ivf", "hnsw"] = Field(
+        "exact",
+        description="dense search: exact, ivf or hnsw (built by `ragteam index --dense.index`), or faiss "
+        "(the approximate index built last)",
     )
+    nprobe: int | None = Field(None, ge=1, description="ivf: lists searched per query (default: the index's)")
+    ef_search: int | None = Field(None, ge=1, description="hnsw: search breadth (default: the index's)")
     max_queries: int = Field(256, ge=1, description="most queries accepted in one request")
     max_query_chars: int = Field(4096, ge=1, description="longest query accepted, in characters")
     max_topk: int = Field(100, ge=1, description="largest topk accepted")
@@ -47,7 +51,10 @@ def run(cfg: Config) -> int:
 
     folder = open_index(cfg.index)
     kind = cfg.kind or ("hybrid" if {"bm25", "dense"} <= set(folder.kinds) else folder.kinds[0])
-    retriever = retriever_from_index(folder, RetrieverConfig(kind=kind, dense_backend=cfg.dense_backend))
+    settings = RetrieverConfig(
+        kind=kind, dense_backend=cfg.dense_backend, nprobe=cfg.nprobe, ef_search=cfg.ef_search
+    )
+    retriever = retriever_from_index(folder, settings)
     if kind != "bm25":  # load the query encoder now, not on the first request
         retriever.search(["warm up"], 1)
     limits = Limits(

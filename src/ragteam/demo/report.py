@@ -56,7 +56,7 @@ def _plot_c3po(before: dict | None, after: dict | None, out: Path) -> list[Path]
     paths = []
     for key, title, xlabel in (
         ("strategy", "C-3PO strategy ratio", "strategy"),
-        ("depth", "C-3PO depth (policy acts per question)", "policy acts"),
+        ("tree_depth", "C-3PO depth (Fig. 6 count: question, acts, searches, LLM calls)", "depth"),
     ):
         fig, ax = plt.subplots(figsize=(5.5, 3.2), dpi=90)
         if key == "strategy":
@@ -65,8 +65,9 @@ def _plot_c3po(before: dict | None, after: dict | None, out: Path) -> list[Path]
                       for _, s in sides]  # fmt: skip
             ax.set_ylabel("questions (%)")
         else:
-            names = sorted({n for _, s in sides for n in s["stats"]["depth"]["histogram"]}, key=int)
-            values = [[s["stats"]["depth"]["histogram"].get(n, 0) for n in names] for _, s in sides]
+            hist = [s["stats"].get(key, s["stats"]["depth"])["histogram"] for _, s in sides]
+            names = sorted({n for h in hist for n in h}, key=int)
+            values = [[h.get(n, 0) for n in names] for h in hist]
             ax.set_ylabel("questions")
         width = 0.8 / len(sides)
         for i, ((label, _), vals) in enumerate(zip(sides, values)):
@@ -76,7 +77,7 @@ def _plot_c3po(before: dict | None, after: dict | None, out: Path) -> list[Path]
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        path = out / f"c3po-{key}.png"
+        path = out / f"c3po-{key.replace('_', '-')}.png"
         fig.savefig(path)
         plt.close(fig)
         paths.append(path)
@@ -172,15 +173,16 @@ def write_report(
             )
     c3po = _plot_c3po(before.get("c3po"), after.get("c3po"), out)
     images += [("C-3PO: strategy ratio, untrained vs trained", c3po[0]),
-               ("C-3PO: depth histogram (policy acts per question)", c3po[1])] if c3po else []  # fmt: skip
+               ("C-3PO: depth histogram (as counted in its Fig. 6)", c3po[1])] if c3po else []  # fmt: skip
 
     results = table(RESULT_HEADER, results_rows(before, after))
     timing = table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in seconds.items()])
     note = (
         f"Demo ({settings['preset']} preset): held-out {settings['held_out']} of the bundled HotpotQA file, "
         f"training on {settings['train']}; policy and LLM {settings['model']}; retriever "
-        f"{settings['retriever']} over {settings['passages']} passages. Scores in %, 95 % bootstrap intervals "
-        "over the held-out questions."
+        f"{settings['retriever']} over {settings['passages']} passages. Supervised rows: "
+        f"{settings['roles_trained']}; the other teams show what that one shared policy does in their roles. "
+        "Scores in %, 95 % bootstrap intervals over the held-out questions."
     )
     (out / "summary.md").write_text(note + "\n\n" + results + "\n", encoding="utf-8")
 

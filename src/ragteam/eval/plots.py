@@ -63,7 +63,11 @@ def write_plots(stats: dict[str, Any], out_dir: str | Path) -> list[str]:
     if "strategy" in stats:
         plot_strategy(stats["strategy"], out / "strategy.png")
         names.append("strategy.png")
-    if stats["depth"]["n"]:
-        plot_histogram(stats["depth"], out / "depth.png", "policy acts per question")
+    depth = stats.get("tree_depth") or {}
+    if depth.get("n"):  # C-3PO's Fig. 6 count: the question, then each act, search and LLM call on the path
+        plot_histogram(depth, out / "depth.png", "tree depth (C-3PO Fig. 6 count)")
         names.append("depth.png")
+    if stats["depth"]["n"]:
+        plot_histogram(stats["depth"], out / "policy-acts.png", "policy acts per question")
+        names.append("policy-acts.png")
     return names

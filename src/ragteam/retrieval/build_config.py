@@ -56,14 +56,22 @@ class DenseBuild(Config):
         None, ge=1, description="ivf: number of lists (default: 4 sqrt(n) rounded to a power of two)"
     )
     nprobe: int = Field(
-        32, ge=1, description="ivf: lists scanned per query (recorded; a search may override)"
+        64,
+        ge=1,
+        description="ivf: lists scanned per query (recorded as the folder's default); docs/scaling.md has "
+        "the recall each value reached",
     )
     train_sample: int | None = Field(
         None, ge=1, description="ivf: passages sampled to train the centroids (default: 50 per list)"
     )
     hnsw_m: int = Field(32, ge=4, description="hnsw: neighbours per node")
     ef_construction: int = Field(80, ge=8, description="hnsw: candidate list size while building")
-    ef_search: int = Field(128, ge=1, description="hnsw: candidate list size per query (recorded default)")
+    ef_search: int = Field(
+        256,
+        ge=1,
+        description="hnsw: candidate list size per query (recorded as the folder's default); clustered "
+        "corpora need large values (docs/scaling.md)",
+    )
     device: str = Field("cpu", description="device that embeds the passages: cpu, cuda or cuda:N")
     part: str | None = Field(
         None,

@@ -20,9 +20,14 @@ class RetrieverConfig(Config):
     )
     index: str | None = Field(None, description="index folder built by `ragteam index`")
     url: str | None = Field(None, description="base URL of a remote retrieval service (kind remote)")
-    dense_backend: Literal["exact", "faiss"] = Field(
-        "exact", description="dense search: exact (matrix product) or faiss (HNSW graph, approximate)"
+    dense_backend: Literal["exact", "faiss", "ivf", "hnsw"] = Field(
+        "exact",
+        description="dense search: exact (every vector, memory-mapped shards), ivf or hnsw (that faiss index, "
+        "built by `ragteam index --dense.index ivf|hnsw`), or faiss (the approximate index built last; a HNSW "
+        "graph built on first use when the folder has none)",
     )
+    nprobe: int | None = Field(None, ge=1, description="ivf: lists searched per query (default: the index's)")
+    ef_search: int | None = Field(None, ge=1, description="hnsw: search breadth (default: the index's)")
     fusion: Literal["convex", "rrf"] = Field(
         "convex",
         description="hybrid fusion: convex (weighted min-max normalized scores) or rrf (reciprocal rank)",

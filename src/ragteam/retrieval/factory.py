@@ -41,7 +41,14 @@ def retriever_from_index(index: IndexFolder | str | Path, cfg: RetrieverConfig) 
 
     if cfg.kind == "bm25":
         return BM25Retriever(folder.path, folder.docs)
-    dense = DenseRetriever(folder.path, folder.docs, Encoder(device=cfg.device), backend=cfg.dense_backend)
+    dense = DenseRetriever(
+        folder.path,
+        folder.docs,
+        Encoder(device=cfg.device),
+        backend=cfg.dense_backend,
+        nprobe=cfg.nprobe,
+        ef_search=cfg.ef_search,
+    )
     if cfg.kind == "dense":
         return dense
     return HybridRetriever(

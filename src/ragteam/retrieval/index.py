@@ -87,6 +87,19 @@ def open_index(folder: str | Path) -> IndexFolder:
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """Write `manifest`, first taking in what another process recorded meanwhile for the same corpus
+    (BM25 built in one process while GPU processes embed: neither may drop the other's kind)."""
+    try:
+        current = read_manifest(folder) if (folder / MANIFEST).is_file() else {}
+    except ValueError:
+        current = {}
+    if current.get("corpus_sha1") == manifest.get("corpus_sha1"):
+        manifest["kinds"] = sorted({*current.get("kinds", []), *manifest.get("kinds", [])})
+        for key in ("bm25", "dense"):
+            if key in current and key not in manifest:
+                manifest[key] = current[key]
+        for key, value in current.get("build_seconds", {}).items():
+            manifest.setdefault("build_seconds", {}).setdefault(key, value)
     tmp = folder / f"{MANIFEST}.{os.getpid()}.tmp"  # per process: parts of one build may write at once
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(folder / MANIFEST)
