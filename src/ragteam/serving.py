@@ -139,6 +139,44 @@ class BearerAuth:
         await send({"type": "http.response.body", "body": body})
 
 
+def openai_app(title: str, batcher: Any, served_name: str, docs: bool, api_key: str | None) -> Any:
+    """The FastAPI app both OpenAI-shaped servers (`serve llm`, `serve team`) start from: its lifespan runs
+    `batcher.run()` (the loop that gathers requests into batches) and cancels it at shutdown, the interactive
+    docs only when asked for, and, with an API key, `Authorization: Bearer` checked before any route with
+    OpenAI's 401 body. The caller adds its routes."""
+    from fastapi import FastAPI
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        task = asyncio.create_task(batcher.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title=title,
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.state.batcher = batcher
+    app.state.served_name = served_name
+    app.state.api_key_required = bool(api_key)
+    if api_key:
+        app.add_middleware(
+            BearerAuth,
+            key=api_key,
+            error=lambda message: {
+                "error": {"message": message, "type": "invalid_api_key", "param": None, "code": 401}
+            },
+        )
+    return app
+
+
 class BodyError(Exception):
     """A request body the server will not read: HTTP `status` (400, 408, 413) and why."""
 

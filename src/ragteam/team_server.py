@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from ragteam.protocol import Workflow
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
-from ragteam.serving import BearerAuth, BodyError, ClientGone, read_body, until_disconnect
+from ragteam.serving import BodyError, ClientGone, openai_app, read_body, until_disconnect
 from ragteam.types import Question
 
 QUESTION_ID = "ask"
@@ -322,34 +322,7 @@ def make_app(
     batcher = TeamBatcher(engine, workflow, max_batch or engine.config.max_concurrent, batch_wait_ms)
     created = int(time.time())
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(batcher.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    app = FastAPI(
-        title=f"ragteam team server: {served_name}",
-        lifespan=lifespan,
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
-        openapi_url="/openapi.json" if docs else None,
-    )
-    app.state.batcher = batcher
-    app.state.served_name = served_name
-    app.state.api_key_required = bool(api_key)
-    if api_key:
-        app.add_middleware(
-            BearerAuth,
-            key=api_key,
-            error=lambda message: {
-                "error": {"message": message, "type": "invalid_api_key", "param": None, "code": 401}
-            },
-        )
+    app = openai_app(f"ragteam team server: {served_name}", batcher, served_name, docs, api_key)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -48,7 +48,6 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -56,7 +55,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
-from ragteam.serving import BearerAuth, BodyError, ClientGone, read_body, until_disconnect
+from ragteam.serving import BodyError, ClientGone, openai_app, read_body, until_disconnect
 
 
 class _TextPart(BaseModel):
@@ -298,34 +297,7 @@ def make_app(
     created = int(time.time())
     tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(batcher.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    app = FastAPI(
-        title=f"ragteam LLM server: {served_name}",
-        lifespan=lifespan,
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
-        openapi_url="/openapi.json" if docs else None,
-    )
-    app.state.batcher = batcher
-    app.state.served_name = served_name
-    app.state.api_key_required = bool(api_key)
-    if api_key:
-        app.add_middleware(
-            BearerAuth,
-            key=api_key,
-            error=lambda message: {
-                "error": {"message": message, "type": "invalid_api_key", "param": None, "code": 401}
-            },
-        )
+    app = openai_app(f"ragteam LLM server: {served_name}", batcher, served_name, docs, api_key)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
