@@ -316,10 +316,17 @@ def test_logprobs_payload_shape(tiny, server):
     assert all(e["top_logprobs"] == [] and e["logprob"] <= 0 for e in entries)
     assert body["prompt_token_ids"] == tiny.prompt_ids(msgs[:1])
     # without the extras: text tokens, no ids; without logprobs: null, as OpenAI
-    plain = httpx.post(url, json={"messages": msgs[:1], "max_tokens": 2, "logprobs": True}).json()
+    plain = httpx.post(
+        url, json={"messages": msgs[:1], "max_tokens": 2, "logprobs": True, "temperature": 0}
+    ).json()
     [choice] = plain["choices"]
     assert "token_ids" not in choice and "prompt_token_ids" not in plain and choice["forced_tokens"] == 0
-    assert "".join(e["token"] for e in choice["logprobs"]["content"]) == choice["message"]["content"]
+    entries = choice["logprobs"]["content"]
+    assert len(entries) == plain["usage"]["completion_tokens"]
+    for e in entries:  # a token's bytes are its text's UTF-8, or null where it holds part of a character
+        assert e["bytes"] is None and "\ufffd" in e["token"] or bytes(e["bytes"]).decode() == e["token"]
+    if all(e["bytes"] is not None for e in entries):
+        assert "".join(e["token"] for e in entries) == choice["message"]["content"]
     without = httpx.post(url, json={"messages": msgs[:1], "max_tokens": 2}).json()
     assert without["choices"][0]["logprobs"] is None
 
