@@ -53,12 +53,19 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from ragteam.protocol import Workflow
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
-from ragteam.serving import BodyError, ClientGone, openai_app, read_body, until_disconnect
+from ragteam.serving import (
+    ClientGone,
+    openai_app,
+    openai_error,
+    openai_error_body,
+    read_openai_body,
+    until_disconnect,
+)
 from ragteam.types import Question
 
 QUESTION_ID = "ask"
@@ -115,46 +122,27 @@ class TeamBody(BaseModel):
     ragteam: _Extension | None = None
 
 
-def _error_body(
-    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
-
-
-def _error(
-    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
-) -> JSONResponse:
-    return JSONResponse(_error_body(status, message, kind, param), status)
-
-
-def _validation_message(e: ValidationError) -> tuple[str, str | None]:
-    parts, first = [], None
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        first = first or loc
-        parts.append(f"{loc}: {err['msg']}")
-    return "invalid request: " + "; ".join(parts), first
-
-
 def question_of(body: TeamBody, max_chars: int) -> str | JSONResponse:
     """The question (the last user message's text, stripped), or a 400 saying what is wrong with it."""
     index = next((i for i in range(len(body.messages) - 1, -1, -1) if body.messages[i].role == "user"), None)
     if index is None:
-        return _error(
+        return openai_error(
             400, "messages holds no user message: the last user message is the question", param="messages"
         )
     param = f"messages.{index}.content"
     if others := body.messages[index].other_parts():
-        return _error(400, f"the question must be text; it has {', '.join(others)} content", param=param)
+        return openai_error(
+            400, f"the question must be text; it has {', '.join(others)} content", param=param
+        )
     text = body.messages[index].text().strip()
     if not text:
-        return _error(400, "the question (the last user message) is empty", param=param)
+        return openai_error(400, "the question (the last user message) is empty", param=param)
     if len(text) > max_chars:
-        return _error(400, f"the question has {len(text)} characters; at most {max_chars}", param=param)
+        return openai_error(400, f"the question has {len(text)} characters; at most {max_chars}", param=param)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but no text the team can read
-        return _error(
+        return openai_error(
             400, f"the question is not valid Unicode text ({e.reason} at character {e.start})", param=param
         )
     return text
@@ -348,32 +336,13 @@ def make_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        try:
-            raw = await read_body(request, max_body_bytes, read_timeout)
-        except BodyError as e:
-            return _error(e.status, e.message)
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            return _error(400, f"request body is not valid JSON: {e}")
-        except RecursionError:
-            return _error(400, "request body is not valid JSON: nested too deeply")
-        if not isinstance(data, dict):
-            return _error(400, "request body must be a JSON object")
-        try:
-            body = TeamBody.model_validate(data)
-        except ValidationError as e:
-            message, param = _validation_message(e)
-            return _error(400, message, param=param)
-        if body.model is not None and body.model != served_name:
-            return _error(
-                404,
-                f"model {body.model!r} not found; this server serves {served_name!r}",
-                "not_found_error",
-                "model",
-            )
+        body = await read_openai_body(request, TeamBody, served_name, max_body_bytes, read_timeout)
+        if isinstance(body, JSONResponse):
+            return body
         if body.n != 1:
-            return _error(400, f"n must be 1 (a team gives one answer per question), got {body.n}", param="n")
+            return openai_error(
+                400, f"n must be 1 (a team gives one answer per question), got {body.n}", param="n"
+            )
         question = question_of(body, max_question_chars)
         if isinstance(question, JSONResponse):
             return question
@@ -389,11 +358,11 @@ def make_app(
         try:
             episode = await until_disconnect(request, batcher.submit(question))
         except ClientGone:
-            return _error(499, "the client closed the request", "client_closed_request")
+            return openai_error(499, "the client closed the request", "client_closed_request")
         except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
-            return _error(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
+            return openai_error(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
         if episode.status == "failed":
-            return _error(500, _failed_message(episode), "server_error")
+            return openai_error(500, _failed_message(episode), "server_error")
         return JSONResponse(
             {
                 "id": completion_id,
@@ -439,10 +408,12 @@ def make_app(
             try:
                 episode = task.result()
             except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
-                yield _sse(_error_body(500, f"the team failed: {type(e).__name__}: {e}", "server_error"))
+                yield _sse(
+                    openai_error_body(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
+                )
                 return
             if episode.status == "failed":
-                yield _sse(_error_body(500, _failed_message(episode), "server_error"))
+                yield _sse(openai_error_body(500, _failed_message(episode), "server_error"))
                 return
             for word in _words(episode.answer):
                 yield _sse(chunk({"content": word}))

@@ -52,10 +52,18 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
-from ragteam.serving import BodyError, ClientGone, openai_app, read_body, until_disconnect
+from ragteam.serving import (
+    BodyError,
+    ClientGone,
+    openai_app,
+    openai_error,
+    read_body,
+    read_openai_body,
+    until_disconnect,
+)
 
 
 class _TextPart(BaseModel):
@@ -207,30 +215,24 @@ def _resolve(fut: asyncio.Future, result: ChatResult) -> None:
         fut.set_result(result)
 
 
-def _error(
-    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
-) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
-
-
 def _forced_prefix(body: ChatCompletionBody, messages: list[dict[str, str]]) -> str | JSONResponse:
     """The forced prefix of the reply (popped off `messages`): vLLM's continue_final_message; or a 400."""
     if not body.continue_final_message:
         if not body.add_generation_prompt:  # would continue after the prompt's end-of-turn: not supported
-            return _error(
+            return openai_error(
                 400,
                 "add_generation_prompt=false is only supported with continue_final_message=true",
                 param="add_generation_prompt",
             )
         return ""
     if body.add_generation_prompt:
-        return _error(
+        return openai_error(
             400,
             "continue_final_message=true needs add_generation_prompt=false",
             param="add_generation_prompt",
         )
     if messages[-1]["role"] != "assistant":
-        return _error(
+        return openai_error(
             400,
             "continue_final_message=true needs a final assistant message (the reply's prefix)",
             param="messages",
@@ -258,16 +260,6 @@ def _logprobs(c: Completion, tokenizer: Any, as_ids: bool) -> dict[str, Any] | N
         logprob = max(logprob, -9999.0)  # as vLLM: JSON has no -inf
         content.append({"token": token, "logprob": logprob, "bytes": raw, "top_logprobs": []})
     return {"content": content}
-
-
-def _validation_message(e: ValidationError) -> tuple[str, str | None]:
-    parts = []
-    first = None
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        first = first or loc
-        parts.append(f"{loc}: {err['msg']}")
-    return "invalid request: " + "; ".join(parts), first
 
 
 def make_app(
@@ -325,60 +317,39 @@ def make_app(
             try:
                 data = json.loads(await read_body(request, 65_536, read_timeout))
             except BodyError as e:
-                return _error(e.status, e.message)
+                return openai_error(e.status, e.message)
             except (ValueError, UnicodeDecodeError, RecursionError) as e:
-                return _error(400, f"request body is not valid JSON: {e}")
+                return openai_error(400, f"request body is not valid JSON: {e}")
             path = data.get("path") if isinstance(data, dict) else None
             if not isinstance(path, str) or not path:
-                return _error(400, 'body must be {"path": "<folder with *.safetensors>"}', param="path")
+                return openai_error(400, 'body must be {"path": "<folder with *.safetensors>"}', param="path")
             loader = getattr(model, "load_weights", None)
             if loader is None:
-                return _error(400, f"model {served_name!r} cannot load weights at run time")
+                return openai_error(400, f"model {served_name!r} cannot load weights at run time")
             try:
                 count = await asyncio.to_thread(loader, path)
             except (FileNotFoundError, ValueError) as e:
-                return _error(400, str(e), param="path")
+                return openai_error(400, str(e), param="path")
             return JSONResponse({"status": "ok", "model": served_name, "tensors": count, "path": path})
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
-        try:
-            raw = await read_body(request, max_body_bytes, read_timeout)
-        except BodyError as e:
-            return _error(e.status, e.message)
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            return _error(400, f"request body is not valid JSON: {e}")
-        except RecursionError:
-            return _error(400, "request body is not valid JSON: nested too deeply")
-        if not isinstance(data, dict):
-            return _error(400, "request body must be a JSON object")
-        try:
-            body = ChatCompletionBody.model_validate(data)
-        except ValidationError as e:
-            message, param = _validation_message(e)
-            return _error(400, message, param=param)
-        if body.model is not None and body.model != served_name:
-            return _error(
-                404,
-                f"model {body.model!r} not found; this server serves {served_name!r}",
-                "not_found_error",
-                "model",
-            )
+        body = await read_openai_body(request, ChatCompletionBody, served_name, max_body_bytes, read_timeout)
+        if isinstance(body, JSONResponse):
+            return body
         if body.stream:
-            return _error(400, "stream=true is not supported by this server", param="stream")
+            return openai_error(400, "stream=true is not supported by this server", param="stream")
         if body.n > max_n:
-            return _error(400, f"n must be between 1 and {max_n}, got {body.n}", param="n")
+            return openai_error(400, f"n must be between 1 and {max_n}, got {body.n}", param="n")
         max_tokens = body.max_completion_tokens or body.max_tokens or default_max_tokens
         if max_tokens > max_tokens_limit:
-            return _error(
+            return openai_error(
                 400,
                 f"max_tokens must be between 1 and {max_tokens_limit}, got {max_tokens}",
                 param="max_tokens",
             )
         if body.top_logprobs:
-            return _error(
+            return openai_error(
                 400, "top_logprobs > 0 is not supported by this server (only 0)", param="top_logprobs"
             )
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -386,7 +357,7 @@ def make_app(
             try:
                 m["content"].encode("utf-8")
             except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but no text a tokenizer can read
-                return _error(
+                return openai_error(
                     400,
                     f"messages[{i}].content is not valid Unicode text ({e.reason} at character {e.start})",
                     param=f"messages.{i}.content",
@@ -412,11 +383,11 @@ def make_app(
         try:
             result = await until_disconnect(request, batcher.submit(chat_request))
         except ClientGone:  # nobody reads this; the generation was dropped or stopped
-            return _error(499, "the client closed the request", "client_closed_request")
+            return openai_error(499, "the client closed the request", "client_closed_request")
         if isinstance(result, ModelError):
             if result.bad_request:  # e.g. a prompt longer than the context: the client's to fix
-                return _error(400, f"cannot serve this request: {result}", param="messages")
-            return _error(500, f"generation failed: {result}", "server_error")
+                return openai_error(400, f"cannot serve this request: {result}", param="messages")
+            return openai_error(500, f"generation failed: {result}", "server_error")
         choices = []
         for i, c in enumerate(result):
             choice: dict[str, Any] = {
