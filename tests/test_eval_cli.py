@@ -240,6 +240,33 @@ def test_config_differences_ignore_operational_settings():
     assert config_differences(old, new) == ["policy.model", "topk"]
 
 
+def test_config_differences_sees_one_file_under_two_spellings(tmp_path, monkeypatch):
+    """A run started in a subfolder with `../q.jsonl` resumes from the parent with `q.jsonl`; another file, or a
+    path that does not exist, still differs."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "q.jsonl").write_text("{}\n")
+    (tmp_path / "other.jsonl").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    old = {"data": "../q.jsonl", "policy": {"model": "../gone"}}
+    started = str(tmp_path / "sub")
+    assert config_differences(old, {"data": "q.jsonl", "policy": {"model": "../gone"}}, old_cwd=started) == []
+    assert (
+        config_differences(
+            old, {"data": str(tmp_path / "q.jsonl"), "policy": {"model": "../gone"}}, old_cwd=started
+        )
+        == []
+    )
+    assert config_differences(
+        old, {"data": "other.jsonl", "policy": {"model": "../gone"}}, old_cwd=started
+    ) == ["data"]
+    assert config_differences(old, {"data": "q.jsonl", "policy": {"model": "gone"}}, old_cwd=started) == [
+        "policy.model"
+    ]
+    assert config_differences(old, {"data": "q.jsonl", "policy": {"model": "../gone"}}) == [
+        "data"
+    ]  # no cwd saved
+
+
 def test_select_questions_slices_and_rejects_duplicate_ids():
     qs = [Question(id=str(i), question="?", golden_answers=[]) for i in range(5)]
     assert [q.id for q in select_questions(qs, 1, 2)] == ["1", "2"]

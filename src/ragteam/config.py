@@ -216,11 +216,17 @@ def versions() -> dict[str, str]:
 
 
 def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str) -> Path:
-    """Write `config.yaml` (the full resolved config, command and versions) into `out_dir`."""
+    """Write `config.yaml` (the full resolved config, command, versions and the working folder that its relative
+    paths start from) into `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "config.yaml"
-    doc = {"command": command, "config": cfg.model_dump(mode="json"), "versions": versions()}
+    doc = {
+        "command": command,
+        "config": cfg.model_dump(mode="json"),
+        "versions": versions(),
+        "cwd": os.getcwd(),
+    }
     path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
 

@@ -87,16 +87,29 @@ def flatten(d: dict[str, Any], prefix: str = "", sep: str = ".") -> dict[str, An
 
 
 def config_differences(
-    old: dict[str, Any], new: dict[str, Any], ignored: Iterable[str] = RESUME_IGNORED
+    old: dict[str, Any],
+    new: dict[str, Any],
+    ignored: Iterable[str] = RESUME_IGNORED,
+    old_cwd: str | None = None,
 ) -> list[str]:
-    """Dotted settings that differ between two resolved configs, ignoring those a resumption may change."""
+    """Dotted settings that differ between two resolved configs, ignoring those a resumption may change. With
+    `old_cwd` (where the old run started), two spellings of one existing file or folder are the same setting:
+    `../data/q.jsonl` from one folder and `data/q.jsonl` from its parent do not differ."""
     ignored = tuple(ignored)
 
     def keep(key: str) -> bool:
         return not any(key == ign or key.startswith(ign + ".") for ign in ignored)
 
+    def same_path(x: Any, y: Any) -> bool:
+        if old_cwd is None or not (isinstance(x, str) and isinstance(y, str)) or not x or not y:
+            return False
+        a, b = (Path(old_cwd) / x).resolve(), Path(y).resolve()
+        return a == b and b.exists()
+
     a, b = flatten(old), flatten(new)
-    return sorted(k for k in set(a) | set(b) if keep(k) and a.get(k) != b.get(k))
+    return sorted(
+        k for k in set(a) | set(b) if keep(k) and a.get(k) != b.get(k) and not same_path(a.get(k), b.get(k))
+    )
 
 
 def check_resumable(cfg: BaseModel, out: Path, ignored: Iterable[str] = RESUME_IGNORED) -> None:
@@ -105,11 +118,11 @@ def check_resumable(cfg: BaseModel, out: Path, ignored: Iterable[str] = RESUME_I
     if not (out / TRACE_FILE).exists() or not saved.exists():
         return
     try:
-        old = (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}).get("config", {})
+        doc = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         raise ValueError(f"{saved}: not valid YAML ({e}); use --overwrite or another --out") from None
-    new = cfg.model_dump(mode="json")
-    diff = config_differences(old, new, ignored)
+    old, new = doc.get("config", {}), cfg.model_dump(mode="json")
+    diff = config_differences(old, new, ignored, old_cwd=doc.get("cwd"))
     if diff:
         a, b = flatten(old), flatten(new)
         shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:6])
