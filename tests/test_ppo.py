@@ -18,6 +18,8 @@ import torch
 
 from ragteam.config import ConfigError
 from ragteam.credit import get_credit
+from ragteam.data.questions import read_questions
+from ragteam.rollout.tree import Episode
 from ragteam.train.experience import Sample, micro_batches, minibatches, pack_samples, samples_from_episodes
 from ragteam.train.ppo_config import RECIPES, PPOConfig, with_recipe
 
@@ -243,6 +245,10 @@ def test_the_trained_policy_loads_back_as_a_policy(hotpot_small: Path, tmp_path:
     row = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
     assert set(row["seconds"]) == set(ppo.PHASES)
     assert row["eval"]["questions"] == 2 and "selector" in row["eval"]["invalid"]["by_role"]
+    held_out = [Episode.from_json(line) for line in (out / row["eval"]["trace"]).read_text().splitlines()]
+    assert [ep.question.id for ep in held_out] == [
+        q.id for q in read_questions(str(hotpot_small)).questions[12:14]
+    ]
     assert set(row["roles"]) == {"selector", "generator"}
     assert {"reward", "kl", "clip_frac", "value_loss", "entropy", "length", "invalid"} <= set(
         row["roles"]["selector"]

@@ -520,7 +520,8 @@ def _role_stats(meters: RoleMeters, batch, out, old, adv, ret, old_v, cfg) -> No
 
 
 def evaluate(run: Run) -> dict[str, Any]:
-    """Phase 5: greedy rollouts on the held-out questions; mean EM / F1 / cover-EM with 95% intervals."""
+    """Phase 5: greedy rollouts on the held-out questions; mean EM / F1 / cover-EM with 95% intervals. The
+    episodes go to OUT/eval/iteration-N.jsonl, in the format of `ragteam eval`'s episodes.jsonl."""
     from ragteam.eval.stats import invalid_action_stats, strategy_stats
     from ragteam.metrics.answer import score_answer
 
@@ -540,8 +541,15 @@ def evaluate(run: Run) -> dict[str, Any]:
     finally:
         run.engine.config = saved
     episodes = gather_shares(report.episodes, run.dist)
+    trace = (
+        run.out / "eval" / f"iteration-{run.state['iteration']}.jsonl"
+    )  # held-out traces, for paired comparisons
+    if run.dist.main:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        trace.write_text("".join(ep.to_json() + "\n" for ep in episodes), encoding="utf-8")
     scores = [episode_scores(ep) or {} for ep in episodes]
     out: dict[str, Any] = {"questions": len(scores), "seconds": round(time.perf_counter() - t0, 1)}
+    out["trace"] = str(trace.relative_to(run.out))
     for metric in ("em", "f1", "cover_em"):
         values = [100.0 * s.get(metric, 0.0) for s in scores]
         lo, hi = bootstrap_ci(values)
