@@ -230,6 +230,24 @@ def test_process_pairs_chosen_over_lower_scored_siblings():
     assert counts == Counter(groups=2, groups_on_correct_paths=2, ties=1, identical=1, empty_rejected=1)
 
 
+def test_a_chosen_reply_that_did_not_parse_makes_pairs_only_with_keep_invalid():
+    """One rule for SFT rows and pairs: the second group's chosen act fell back (invalid), so by default it
+    makes neither an SFT row nor a pair; an invalid *rejected* act still makes a pair."""
+    ep = best_of_tree(1.0)
+    ep.nodes[5].action = Action("x", "answer X", valid=False)
+    ep.nodes[1].action = Action("x", "search B", valid=False)  # a rejected one that did not parse
+    pairs, counts = process_pairs(ep, COVER.predicate(ep))
+    assert [(p.chosen, p.rejected) for p in pairs] == [("search A", "search B")]
+    assert counts["chosen_invalid"] == 1
+    assert [r.target for r in sft_rows(ep, COVER.predicate(ep))[0]] == ["search A"]
+    kept, _ = process_pairs(ep, COVER.predicate(ep), keep_invalid=True)
+    assert [p.chosen for p in kept] == ["search A", "answer X"]
+    assert [r.target for r in sft_rows(ep, COVER.predicate(ep), keep_invalid=True)[0]] == [
+        "search A",
+        "answer X",
+    ]
+
+
 def test_process_pairs_only_from_correct_trajectories():
     ep = best_of_tree(0.0)
     pairs, counts = process_pairs(ep, COVER.predicate(ep))
@@ -491,12 +509,13 @@ def test_collect_process_gym_react_end_to_end(hotpot2, tmp_path, monkeypatch):
     monkeypatch.setattr(select, "parse_ranking", lambda text, n: [float(n - i) for i in range(n)])
     out = tmp_path / "react"
     args = ["--workflow", "gym:react", "--ranker", "llm", "--candidates", "3", "--accept", "f1>=0"]
+    args += ["--keep-invalid"]  # the tiny model's replies never parse
     assert _collect("process", hotpot2, out, *args, "--rollout.max-depth", "2") == 0
     summary = json.loads((out / "summary.json").read_text())
     episodes = load_trace(out / "episodes.jsonl")
     pairs = _jsonl(out / "pairs.jsonl")
     accept = AcceptRule.parse("f1>=0")
-    expected = [p for ep in episodes.values() for p in process_pairs(ep, accept.predicate(ep))[0]]
+    expected = [p for ep in episodes.values() for p in process_pairs(ep, accept.predicate(ep), True)[0]]
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [(p.chosen, p.rejected) for p in expected]
     assert summary["pairs"] == len(pairs) >= 1 and summary["ranker"] == "llm" and summary["candidates"] == 3
     assert len(read_pair_rows(out / "pairs.jsonl")) == len(pairs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -386,3 +387,102 @@ def test_c3po_recipe_trains_on_its_tree_with_monte_carlo_credit(hotpot_small: Pa
         assert s.reward == pytest.approx(sum(leaf_reward(lf, "cover_em") for lf in leaves) / len(leaves))
     meters = ppo.update(run, ppo.advantages(run, samples), 0)
     assert {"router", "filter", "decider"} <= set(meters.means()[1])
+
+
+# ---- LoRA --------------------------------------------------------------------------------------------------
+
+
+def _adapter(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter" / "adapter_model.safetensors"))
+
+
+def test_lora_ppo_trains_an_adapter_against_its_own_base_and_resumes(
+    hotpot_small: Path, tmp_path: Path
+) -> None:
+    """--ppo.lora: the reference is the model with its adapter off (KL exactly 0 before the first update,
+    the adapter's B starting at zero); the output loads as a merged model and as base + adapter alike;
+    checkpoints hold the adapter alone; resumed from its first checkpoint, the run ends where it ended."""
+    from ragteam.llm.local import LocalChatModel
+    from ragteam.train import ppo
+    from ragteam.train.common import resolve_init
+
+    # the entropy bonus moves the adapter whatever the tiny model's rewards (often all 0) say
+    lora = {"lora": True, "lora_r": 4, "lora_alpha": 8, "lr": 1e-3, "critic_lr": 1e-3, "ent_coef": 0.1}
+    opts = dict(tiny_cfg(hotpot_small, tmp_path / "x").ppo.model_dump(), **lora)
+    straight = ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "straight", ppo=opts))
+    rows = [json.loads(x) for x in (straight / "log.jsonl").read_text().splitlines()]
+    assert rows[0]["kl_mean"] == pytest.approx(0.0, abs=1e-7) and rows[1]["kl_mean"] != 0.0
+    assert (straight / "adapter" / "adapter_config.json").is_file() and (
+        straight / "model.safetensors"
+    ).is_file()
+    ckpt = straight / "checkpoint-2"
+    assert (ckpt / "adapter" / "adapter_config.json").is_file() and not (ckpt / "model.safetensors").exists()
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7, 2]])
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(straight)(ids).logits
+        base = AutoModelForCausalLM.from_pretrained(resolve_init("tiny"))
+        untouched = base(ids).logits
+        adapted = PeftModel.from_pretrained(base, str(straight / "adapter"))(ids).logits
+    assert torch.allclose(merged, adapted, atol=1e-4) and not torch.allclose(merged, untouched, atol=1e-4)
+    assert (
+        LocalChatModel(straight).chat and LocalChatModel(resolve_init("tiny"), lora=straight / "adapter").chat
+    )
+
+    split = tmp_path / "split"  # the run as a kill after checkpoint 1 leaves it
+    split.mkdir()
+    shutil.copytree(straight / "checkpoint-1", split / "checkpoint-1")
+    shutil.copy(straight / "config.yaml", split / "config.yaml")
+    (split / "log.jsonl").write_text((straight / "log.jsonl").read_text().splitlines()[0] + "\n")
+    ppo.train_ppo(tiny_cfg(hotpot_small, split, ppo=opts, resume=True))
+    x, y = _adapter(straight), _adapter(split)
+    assert x.keys() == y.keys() and all(torch.allclose(x[k], y[k], atol=1e-6) for k in x)
+
+
+def test_vllm_lora_sync_needs_a_lora_policy_and_renames_the_rollout_model(
+    hotpot_small: Path, tmp_path
+) -> None:
+    from types import SimpleNamespace
+
+    from ragteam.train.ppo import weight_sync
+    from ragteam.train.sync import PushLoRAToVLLM
+
+    served = {"backend": "openai", "model": "policy", "base_url": "http://127.0.0.1:9/v1"}
+    engine = SimpleNamespace(policy=SimpleNamespace(model="policy"))
+    cfg = tiny_cfg(hotpot_small, tmp_path, policy=served, ppo={"weight_sync": "vllm-lora"})
+    with pytest.raises(ValueError, match="--ppo.lora"):
+        weight_sync(cfg, engine)
+    cfg = tiny_cfg(hotpot_small, tmp_path, policy=served, ppo={"weight_sync": "vllm-lora", "lora": True})
+    sync = weight_sync(cfg, engine)
+    assert isinstance(sync, PushLoRAToVLLM) and sync.base == "http://127.0.0.1:9/v1"
+    sync.on_loaded("policy-v3")
+    assert engine.policy.model == "policy-v3"
+
+
+def test_a_full_weight_push_of_a_lora_policy_sends_the_merged_model() -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from ragteam.llm.tiny import tiny_model_dir
+    from ragteam.train.sync import full_model
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
+    assert full_model(model) is model
+    plain = {k: v.clone() for k, v in model.state_dict().items()}
+    peft = get_peft_model(
+        model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], task_type="CAUSAL_LM")
+    )
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.01)
+    merged = full_model(peft).state_dict()
+    assert merged.keys() == plain.keys()  # the base model's own names: a server can load it
+    changed = {k for k in merged if not torch.equal(merged[k], plain[k])}
+    assert changed and all("q_proj" in k for k in changed)
+    assert any("lora_B" in k for k in peft.state_dict())  # the trained policy keeps its adapter

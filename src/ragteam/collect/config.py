@@ -95,7 +95,9 @@ class CollectConfig(WorkflowConfig):
         "reward of Monte Carlo rollouts), critic (--critic.model)",
     )
     keep_invalid: bool = Field(
-        False, description="sft: keep replies that did not parse (the workflow fell back); default: drop"
+        False,
+        description="keep replies that did not parse (the workflow fell back): as SFT rows, and as the chosen "
+        "side of process pairs; default: drop (a rejected reply that did not parse still makes pairs)",
     )
     relabel_invalid: bool = Field(
         False,

@@ -35,9 +35,14 @@ def on_correct_paths(episode: Episode, accept: Callable[[Node], bool]) -> set[in
     return {n.id for leaf in correct_leaves(episode, accept) for n in episode.path(leaf.id)}
 
 
-def process_pairs(episode: Episode, accept: Callable[[Node], bool]) -> tuple[list[PairRow], Counter]:
+def process_pairs(
+    episode: Episode, accept: Callable[[Node], bool], keep_invalid: bool = False
+) -> tuple[list[PairRow], Counter]:
     """Pairs (chosen over each strictly lower-scored sibling) of the groups whose chosen node is on a correct
-    path; counts of groups and of the siblings skipped (ties, identical or empty text, duplicates)."""
+    path; counts of groups and of the siblings skipped (ties, identical or empty text, duplicates). A chosen
+    reply that did not parse (the workflow fell back) makes no pairs unless `keep_invalid`: the same rule as
+    the SFT rows, so DPO never learns to prefer a reply that SFT would not imitate. A rejected reply that did
+    not parse is a fine negative."""
     counts: Counter = Counter()
     path_ids = on_correct_paths(episode, accept)
     rows: list[PairRow] = []
@@ -51,6 +56,9 @@ def process_pairs(episode: Episode, accept: Callable[[Node], bool]) -> tuple[lis
         assert best.score is not None
         if best.messages is None or not (best.text or "").strip():
             counts["chosen_empty"] += 1
+            continue
+        if best.action is not None and not best.action.valid and not keep_invalid:
+            counts["chosen_invalid"] += 1
             continue
         for other in group:
             if other is best:

@@ -156,10 +156,12 @@ def collect_process(
     accepted = 0
     for ep in episodes:
         accept = rule.predicate(ep, verdicts)
-        got, c = process_pairs(ep, accept)
+        got, c = process_pairs(ep, accept, keep_invalid=cfg.keep_invalid)
         pairs += got
         counts.update(c)
-        rows, _ = sft_rows(ep, accept, source="process_chosen", teacher=cfg.teacher_name)
+        rows, _ = sft_rows(
+            ep, accept, source="process_chosen", teacher=cfg.teacher_name, keep_invalid=cfg.keep_invalid
+        )
         chosen_rows += rows
         accepted += tree_counts(ep, accept)["correct_leaves"] > 0
     stats = {

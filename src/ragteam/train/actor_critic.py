@@ -26,6 +26,7 @@ from ragteam.train.losses import entropy_from_logits, token_logprobs
 __all__ = ["ActorCritic", "Scored", "completion_logprobs"]
 
 VALUE_HEAD = "value_head.pt"
+CRITIC_ADAPTER = "trunk_adapter.pt"  # a LoRA critic trunk: its adapter weights (the base is the init model)
 
 
 @dataclass
@@ -87,17 +88,38 @@ class ActorCritic(nn.Module):
         values = self.value_head(h).squeeze(-1).float() * batch.mask
         return Scored(logp=logp, values=values, entropy=ent)
 
+    @property
+    def lora(self) -> bool:
+        """The policy is a peft model: its adapter trains, its base weights stay frozen."""
+        return hasattr(self.policy, "peft_config")
+
+    def reference_logprobs(self, batch: Packed) -> Tensor:
+        """log pi_ref [B, T] of a LoRA policy: the same model with its adapter switched off."""
+        with self.policy.disable_adapter():
+            return completion_logprobs(self.policy, batch)[0]
+
     # ---- saving ----------------------------------------------------------------------------------------
 
-    def save(self, out: str | Path, tokenizer=None) -> None:
-        """`out/` the policy (a model folder: `--policy.model OUT`), `out/critic/` the critic."""
+    def save(self, out: str | Path, tokenizer=None, merged: bool = True) -> None:
+        """`out/` the policy (a model folder: `--policy.model OUT`), `out/critic/` the critic. A LoRA policy
+        writes its adapter to `out/adapter/` (`--policy.lora OUT/adapter`) and, with `merged`, the model with
+        the adapter merged into it to `out/` (checkpoints skip that: the adapter is what resuming needs);
+        its critic trunk writes only its own adapter's weights."""
         out = Path(out)
-        self.policy.save_pretrained(out)
+        if self.lora:
+            self.policy.save_pretrained(out / "adapter")
+            if merged:
+                copy.deepcopy(self.policy).merge_and_unload().save_pretrained(out)
+        else:
+            self.policy.save_pretrained(out)
         if tokenizer is not None:
             tokenizer.save_pretrained(out)
         critic = out / "critic"
         critic.mkdir(parents=True, exist_ok=True)
-        if self.critic_trunk is not None:
+        if self.critic_trunk is not None and self.lora:
+            adapter = {k: v for k, v in self.critic_trunk.state_dict().items() if "lora_" in k}
+            torch.save(adapter, critic / CRITIC_ADAPTER)
+        elif self.critic_trunk is not None:
             self.critic_trunk.save_pretrained(critic)
         torch.save(self.value_head.state_dict(), critic / VALUE_HEAD)
 
@@ -106,6 +128,13 @@ class ActorCritic(nn.Module):
         from ragteam.llm.local import read_weights
 
         critic = Path(folder) / "critic"
-        if self.critic_trunk is not None:
+        if self.critic_trunk is not None and self.lora:
+            adapter = torch.load(critic / CRITIC_ADAPTER, map_location="cpu")
+            missing, unexpected = self.critic_trunk.load_state_dict(adapter, strict=False)
+            if unexpected or any("lora_" in k for k in missing):
+                raise ValueError(
+                    f"{critic / CRITIC_ADAPTER}: not this critic's adapter ({unexpected or missing})"
+                )
+        elif self.critic_trunk is not None:
             self.critic_trunk.load_state_dict(read_weights(critic))
         self.value_head.load_state_dict(torch.load(critic / VALUE_HEAD, map_location="cpu"))

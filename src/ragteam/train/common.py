@@ -32,14 +32,9 @@ from ragteam.config import Config, versions
 LLAMA_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-class TrainConfig(Config):
-    """Settings every trainer shares: data, output, initial model, LoRA, schedule, checkpoints, logging."""
+class LoraFields(Config):
+    """LoRA settings, one set for every trainer (`--lora ...` on sft/dpo/critic, `--ppo.lora ...` on PPO)."""
 
-    data: str = Field(description="training rows: sft.jsonl (train sft) or pairs.jsonl (train dpo|critic)")
-    out: str = Field(description="output folder: final model, checkpoints, log.jsonl, config.yaml")
-    init: str = Field(
-        "smollm2", description="initial model: 'smollm2' (packaged), 'tiny' (test model) or a model folder"
-    )
     lora: bool = Field(False, description="train a LoRA adapter instead of every weight")
     lora_r: int = Field(16, ge=1, description="LoRA rank")
     lora_alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r)")
@@ -49,6 +44,21 @@ class TrainConfig(Config):
         description="module names that get adapters: every attention and MLP projection of a "
         "llama-architecture model",
     )
+
+
+class TrainInputs(Config):
+    """What a trainer reads and writes (first in `--help`)."""
+
+    data: str = Field(description="training rows: sft.jsonl (train sft) or pairs.jsonl (train dpo|critic)")
+    out: str = Field(description="output folder: final model, checkpoints, log.jsonl, config.yaml")
+    init: str = Field(
+        "smollm2", description="initial model: 'smollm2' (packaged), 'tiny' (test model) or a model folder"
+    )
+
+
+class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inputs, LoRA, then these
+    """Settings every trainer shares: data, output, initial model, LoRA, schedule, checkpoints, logging."""
+
     max_steps: int | None = Field(
         None, ge=1, description="stop after this many optimizer steps (overrides --epochs)"
     )
@@ -223,7 +233,7 @@ def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
     )
 
 
-def lora_config(cfg: TrainConfig, task_type: str):
+def lora_config(cfg: LoraFields, task_type: str):
     """peft's LoraConfig from the config's lora_* fields (`task_type`: CAUSAL_LM or SEQ_CLS)."""
     from peft import LoraConfig
 

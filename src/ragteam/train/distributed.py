@@ -186,16 +186,17 @@ def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def save_actor_critic(ac: Any, out: Any, tokenizer: Any, dist: Dist) -> None:
+def save_actor_critic(ac: Any, out: Any, tokenizer: Any, dist: Dist, merged: bool = True) -> None:
     """`ac.save(out)` by rank 0; under FSDP every rank first helps gather the full weights, and rank 0
-    writes the same layout `ActorCritic.save` does (policy folder, `critic/` trunk and value head)."""
+    writes the same layout `ActorCritic.save` does (policy folder, `critic/` trunk and value head).
+    `merged=False`: a LoRA policy writes its adapter alone (checkpoints)."""
     from pathlib import Path
 
     from ragteam.train.actor_critic import VALUE_HEAD
 
     if not sharded(ac):
         if dist.main:
-            ac.save(out, tokenizer)
+            ac.save(out, tokenizer, merged=merged)
         return
     state = full_state_dict(ac)
     if not dist.main:

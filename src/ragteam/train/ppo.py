@@ -83,6 +83,7 @@ from ragteam.train.losses import (
 from ragteam.train.meters import PhaseTimer, RoleMeters
 from ragteam.train.ppo_config import PPOConfig, PPOOptions, with_recipe
 from ragteam.train.sync import (
+    PushLoRAToVLLM,
     PushToCopy,
     PushToServer,
     PushToVLLM,
@@ -109,7 +110,7 @@ class Run:
     engine: Any
     tokenizer: Any
     ac: ActorCritic
-    ref: torch.nn.Module
+    ref: torch.nn.Module | None  # None: a LoRA policy, whose reference is itself with the adapter off
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     kl: KLController
@@ -186,10 +187,10 @@ def build_optimizer(
     separate) at `critic_lr`. `fused=False`: the foreach kernel (FSDP's sharded parameters)."""
     critic_params = [*ac.value_head.parameters()]
     if ac.critic_trunk is not None:
-        critic_params += list(ac.critic_trunk.parameters())
+        critic_params += [p for p in ac.critic_trunk.parameters() if p.requires_grad]  # LoRA: its adapter
     return torch.optim.AdamW(
         [
-            {"params": list(ac.policy.parameters()), "lr": opts.lr},
+            {"params": [p for p in ac.policy.parameters() if p.requires_grad], "lr": opts.lr},
             {"params": critic_params, "lr": opts.critic_lr},
         ],
         weight_decay=opts.weight_decay,
@@ -223,6 +224,10 @@ def build(cfg: PPOConfig) -> Run:
     dist = from_env(device)  # torchrun: one rank of a data-parallel job (train/distributed.py)
     device = rank_device(device, dist)
     shard = dist.on and cfg.ppo.parallel == "fsdp"
+    if shard and cfg.ppo.lora:
+        raise ValueError(
+            "--ppo.lora with --ppo.parallel fsdp is not supported: use ddp (the adapter is small)"
+        )
     if dist.on and cfg.rollout.workers > 1:
         raise ValueError("under torchrun every rank rolls out its share itself: drop --rollout.workers")
     if dist.main:  # rank 0 alone writes the output folder
@@ -239,9 +244,16 @@ def build(cfg: PPOConfig) -> Run:
     dtype = DTYPES[cfg.policy.dtype]
 
     tokenizer = AutoTokenizer.from_pretrained(init)
-    source = resume_from if resume_from is not None else init
-    policy = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
-    ref = AutoModelForCausalLM.from_pretrained(init, dtype=dtype).to(device).eval().requires_grad_(False)
+    if cfg.ppo.lora:  # the adapter trains; the reference is the same model with it switched off
+        policy, ref = (
+            lora_policy(AutoModelForCausalLM.from_pretrained(init, dtype=dtype), cfg, resume_from),
+            None,
+        )
+        policy.to(device)
+    else:
+        source = resume_from if resume_from is not None else init
+        policy = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+        ref = AutoModelForCausalLM.from_pretrained(init, dtype=dtype).to(device).eval().requires_grad_(False)
     ac = ActorCritic.from_policy(policy, shared=cfg.ppo.shared_critic)
     if resume_from is not None:
         ac.load_critic(resume_from)
@@ -289,6 +301,17 @@ def build(cfg: PPOConfig) -> Run:
     return run
 
 
+def lora_policy(base: Any, cfg: PPOConfig, resume_from: Path | None) -> Any:
+    """`base` with a fresh LoRA adapter (`--ppo.lora-*`), or with the adapter of the checkpoint resumed."""
+    from peft import PeftModel, get_peft_model
+
+    from ragteam.train.common import lora_config
+
+    if resume_from is not None:
+        return PeftModel.from_pretrained(base, str(resume_from / "adapter"), is_trainable=True)
+    return get_peft_model(base, lora_config(cfg.ppo, "CAUSAL_LM"))
+
+
 def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
     """The rollout engine: `policy` (the trained module, in process), else the policy as configured: a
     server, or, in a Ray rollout worker, a copy of `--init` that gets the trained weights pushed before
@@ -326,6 +349,11 @@ def weight_sync(cfg: PPOConfig, engine: Any) -> WeightSync:
     key = os.environ.get(cfg.policy.api_key_env) or None  # the key the rollout client sends, if any
     if cfg.ppo.weight_sync == "vllm":
         return PushToVLLM(cfg.policy.base_url or "", folder, api_key=key)
+    if cfg.ppo.weight_sync == "vllm-lora":
+        if not cfg.ppo.lora:
+            raise ValueError("--ppo.weight-sync vllm-lora pushes a LoRA adapter: add --ppo.lora")
+        rename = partial(setattr, engine.policy, "model")  # rollouts then ask for the new adapter by name
+        return PushLoRAToVLLM(cfg.policy.base_url or "", folder, cfg.policy.model, rename, api_key=key)
     return PushToServer.for_base_url(cfg.policy.base_url or "", folder, api_key=key)
 
 
@@ -408,7 +436,11 @@ def advantages(run: Run, samples: list[Sample]) -> Experience:
         scored = run.ac(batch)
         if idx is None:
             continue
-        ref, _, _ = completion_logprobs(run.ref, batch)
+        ref = (
+            completion_logprobs(run.ref, batch)[0]
+            if run.ref is not None
+            else run.ac.reference_logprobs(batch)
+        )
         rows = torch.tensor(idx, device=dev)
         old_logp[rows, :t], ref_logp[rows, :t], values[rows, :t] = scored.logp, ref, scored.values
         mask[rows, :t] = batch.mask
@@ -572,7 +604,7 @@ def save_checkpoint(run: Run, iteration: int, row: dict[str, Any] | None = None)
     tmp = run.out / f".checkpoint-{iteration}.tmp"
     if run.dist.main:
         shutil.rmtree(tmp, ignore_errors=True)
-    save_actor_critic(run.ac, tmp, run.tokenizer, run.dist)  # under torchrun every rank calls this...
+    save_actor_critic(run.ac, tmp, run.tokenizer, run.dist, merged=False)  # every torchrun rank calls this...
     optimizer = optimizer_state(run.model, run.optimizer)
     if not run.dist.main:  # ...and rank 0 alone writes
         return final

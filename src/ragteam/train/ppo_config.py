@@ -13,13 +13,16 @@ from typing import Literal
 import yaml
 from pydantic import Field, model_validator
 
-from ragteam.config import Config, ConfigError
+from ragteam.config import ConfigError
 from ragteam.eval.run import JudgeConfig
 from ragteam.eval.setup import RunConfig
+from ragteam.train.common import LoraFields
 
 
-class PPOOptions(Config):
-    """PPO's knobs (`--ppo.*`). Defaults follow MMOA-RAG's Table 2 where it gives a value."""
+class PPOOptions(LoraFields):
+    """PPO's knobs (`--ppo.*`). Defaults follow MMOA-RAG's Table 2 where it gives a value. With `--ppo.lora`
+    the policy trains a LoRA adapter and the KL reference is the same model with the adapter switched off
+    (no second copy in memory); a separate critic trains an adapter of its own."""
 
     credit: str = Field(
         "outcome", description="credit function (ragteam.credit): outcome, tree_mc, mmoa, process"
@@ -76,12 +79,14 @@ class PPOOptions(Config):
         description="under torchrun: ddp = every rank holds the whole model, gradients all-reduced; fsdp = "
         "parameters, gradients and optimizer state sharded over the ranks (docs/distributed.md)",
     )
-    weight_sync: Literal["server", "vllm"] = Field(
+    weight_sync: Literal["server", "vllm", "vllm-lora"] = Field(
         "server",
         description="how a served policy (--policy.backend openai) gets the trained weights before each "
         "rollout: server = `ragteam serve llm --allow-weight-updates` (/v1/load_weights); vllm = a vLLM "
         "server on --ppo.sync-folder, started with VLLM_SERVER_DEV_MODE=1 (reload_weights, then "
-        "reset_prefix_cache; docs/distributed.md)",
+        "reset_prefix_cache); vllm-lora = with --ppo.lora, each version's adapter loaded by name on a vLLM "
+        "server started with --enable-lora (docs/distributed.md). A LoRA policy pushed by server or vllm "
+        "is pushed merged",
     )
     sync_folder: str | None = Field(
         None,

@@ -22,6 +22,7 @@ Other rollout backends (`--ppo.weight-sync`, `--rollout.workers`, docs/distribut
 
 from __future__ import annotations
 
+import copy
 import shutil
 import time
 from collections.abc import Callable
@@ -45,6 +46,14 @@ class WeightSync(Protocol):
     def push(self, policy: Any, iteration: int) -> None:
         """Make the rollout backend use `policy`'s weights as they are after `iteration` updates (a second
         push for the same iteration may be skipped)."""
+
+
+def full_model(policy: Any) -> Any:
+    """The policy as one plain model: itself, or for a LoRA (peft) policy a copy with its adapter merged in
+    (a server that loads full weights cannot apply an adapter; the copy costs one model's memory)."""
+    if hasattr(policy, "peft_config"):
+        return copy.deepcopy(policy).merge_and_unload()
+    return policy
 
 
 class SharedModule:
@@ -85,7 +94,7 @@ class PushToServer:
         if iteration == self.pushed:
             return  # these weights are on the server already (an evaluation pushed them before this rollout)
         self.folder.mkdir(parents=True, exist_ok=True)
-        policy.save_pretrained(self.folder, safe_serialization=True)
+        full_model(policy).save_pretrained(self.folder, safe_serialization=True)
         post(
             self.url,
             {"path": str(self.folder)},
@@ -171,7 +180,7 @@ class PushToVLLM:
                 f"{self.folder} holds no model: start vLLM on a copy of the initial policy in that folder "
                 "(`vllm serve FOLDER`), and pass the same folder as --ppo.sync-folder"
             )
-        policy.save_pretrained(self.folder, safe_serialization=True)
+        full_model(policy).save_pretrained(self.folder, safe_serialization=True)
         hint = "start vLLM with VLLM_SERVER_DEV_MODE=1 (its weight-reload routes) serving this folder"
         what = f"reloading the policy (iteration {iteration}) on vLLM"
         post(
@@ -224,7 +233,7 @@ class PushLoRAToVLLM:
         if not hasattr(policy, "peft_config"):
             raise TypeError(
                 f"{type(policy).__name__} is not a LoRA (peft) model: push full weights instead "
-                "(--ppo.sync vllm), or train a LoRA adapter"
+                "(--ppo.weight-sync vllm), or train a LoRA adapter (--ppo.lora)"
             )
         name, path = f"{self.name}-v{iteration}", self.folder / f"v{iteration}"
         shutil.rmtree(path, ignore_errors=True)
@@ -272,7 +281,9 @@ class PushToWorkers:
     def push(self, policy: Any, iteration: int) -> None:
         if iteration == self.pushed:
             return
-        self.engine.set_policy_weights({k: v.detach().cpu() for k, v in policy.state_dict().items()})
+        self.engine.set_policy_weights(
+            {k: v.detach().cpu() for k, v in full_model(policy).state_dict().items()}
+        )
         self.pushes += 1
         self.pushed = iteration
 
