@@ -463,3 +463,18 @@ def test_index_scale_bench_at_20k_passages(tmp_path):
     brute = np.argsort(-(qvec @ matrix.T), axis=1, kind="stable")[:, :10]
     assert np.mean(truth == brute) >= 0.99
     assert r["extrapolation"]["factor"] == pytest.approx(21_015_324 / 20000)
+
+
+def test_bm25_ties_are_ranked_by_row_whatever_the_segments(tmp_path: Path) -> None:
+    """Passages with equal scores come back in corpus order, and the same ones make the top k, however the
+    writer split them into segments (here: several threads; tantivy's own tie order follows segments)."""
+    from ragteam.retrieval.bm25 import build_bm25
+    from ragteam.types import Doc
+
+    docs = [
+        Doc(id=f"d{i}", title="", text="alpha beta gamma" if i % 25 == 0 else f"other {i} words")
+        for i in range(300)
+    ]
+    build_bm25(tmp_path, docs, heap_mb=64, threads=4)
+    rows, scores = BM25Retriever(tmp_path, docs).search_rows(["alpha"], 7)[0]
+    assert rows.tolist() == [0, 25, 50, 75, 100, 125, 150] and len(set(scores.tolist())) == 1  # 12 tie

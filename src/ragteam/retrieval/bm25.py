@@ -28,6 +28,7 @@ ANALYZER_NAME = "en_stem_stop"
 BODY, ROW = "body", "row"
 # Postings keep term frequencies but no positions: BM25 needs no phrase queries, and the index is smaller.
 INDEX_OPTION = "freq"
+TIE_MARGIN = 16  # extra hits fetched so that ties at the k-th place are broken by row, not by index layout
 ANALYZER_SPEC = (
     "simple tokenizer, remove_long(40), lowercase, ascii_fold, stopword(english), stemmer(english)"
 )
@@ -133,13 +134,19 @@ class BM25Retriever:
         )
 
     def _search_one(self, query: str, k: int) -> tuple[list[int], list[float]]:
+        """Top-`k` (rows, scores), ties broken by corpus row: tantivy breaks them by segment and document
+        address, which depend on how the index was built (one pass or streamed in chunks), so it is asked for
+        `TIE_MARGIN` more hits and the ranking is made here. Equal results from any build, unless more than
+        `TIE_MARGIN` passages tie at the k-th place."""
         terms = self._analyzer.analyze(query) if k > 0 else []
         if not terms:
             return [], []
-        hits = self._searcher.search(self._query(terms), limit=k, count=False).hits
+        hits = self._searcher.search(self._query(terms), limit=k + TIE_MARGIN, count=False).hits
         if not hits:
             return [], []
-        return self._searcher.fast_field_values(ROW, [addr for _, addr in hits]), [s for s, _ in hits]
+        rows = self._searcher.fast_field_values(ROW, [addr for _, addr in hits])
+        ranked = sorted(zip(rows, (s for s, _ in hits)), key=lambda rs: (-rs[1], rs[0]))[:k]
+        return [r for r, _ in ranked], [s for _, s in ranked]
 
     def search_rows(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """For each query, (rows, scores) of its top-`k` passages, best first; empty if no term matches."""
