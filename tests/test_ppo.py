@@ -469,7 +469,7 @@ def test_a_full_weight_push_of_a_lora_policy_sends_the_merged_model() -> None:
     from transformers import AutoModelForCausalLM
 
     from ragteam.llm.tiny import tiny_model_dir
-    from ragteam.train.sync import full_model
+    from ragteam.train.actor_critic import full_model
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
     assert full_model(model) is model

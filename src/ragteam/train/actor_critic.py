@@ -23,10 +23,21 @@ from torch import Tensor, nn
 from ragteam.train.experience import Packed
 from ragteam.train.losses import entropy_from_logits, token_logprobs
 
-__all__ = ["ActorCritic", "Scored", "completion_logprobs"]
+__all__ = ["ActorCritic", "Scored", "completion_logprobs", "full_model", "is_lora"]
 
 VALUE_HEAD = "value_head.pt"
 CRITIC_ADAPTER = "trunk_adapter.pt"  # a LoRA critic trunk: its adapter weights (the base is the init model)
+
+
+def is_lora(model: nn.Module) -> bool:
+    """A peft model: an adapter trains on top of frozen base weights."""
+    return hasattr(model, "peft_config")
+
+
+def full_model(model: nn.Module) -> nn.Module:
+    """The model as one plain model: itself, or for a LoRA (peft) model a copy with its adapter merged in (for
+    whatever loads full weights: a model folder, a server; the copy costs one model's memory)."""
+    return copy.deepcopy(model).merge_and_unload() if is_lora(model) else model
 
 
 @dataclass
@@ -91,7 +102,7 @@ class ActorCritic(nn.Module):
     @property
     def lora(self) -> bool:
         """The policy is a peft model: its adapter trains, its base weights stay frozen."""
-        return hasattr(self.policy, "peft_config")
+        return is_lora(self.policy)
 
     def reference_logprobs(self, batch: Packed) -> Tensor:
         """log pi_ref [B, T] of a LoRA policy: the same model with its adapter switched off."""
@@ -109,7 +120,7 @@ class ActorCritic(nn.Module):
         if self.lora:
             self.policy.save_pretrained(out / "adapter")
             if merged:
-                copy.deepcopy(self.policy).merge_and_unload().save_pretrained(out)
+                full_model(self.policy).save_pretrained(out)
         else:
             self.policy.save_pretrained(out)
         if tokenizer is not None:

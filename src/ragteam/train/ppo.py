@@ -51,6 +51,7 @@ from torch import Tensor
 from ragteam.credit import get_credit
 from ragteam.eval.folder import flatten
 from ragteam.eval.scores import bootstrap_ci, episode_scores
+from ragteam.rollout.traces import write_episodes
 from ragteam.rollout.tree import Episode
 from ragteam.train.actor_critic import ActorCritic, completion_logprobs
 from ragteam.train.distributed import (
@@ -573,12 +574,10 @@ def evaluate(run: Run) -> dict[str, Any]:
     finally:
         run.engine.config = saved
     episodes = gather_shares(report.episodes, run.dist)
-    trace = (
-        run.out / "eval" / f"iteration-{run.state['iteration']}.jsonl"
-    )  # held-out traces, for paired comparisons
+    trace = run.out / "eval" / f"iteration-{run.state['iteration']}.jsonl"  # for paired comparisons
     if run.dist.main:
         trace.parent.mkdir(parents=True, exist_ok=True)
-        trace.write_text("".join(ep.to_json() + "\n" for ep in episodes), encoding="utf-8")
+        write_episodes(trace, episodes)
     scores = [episode_scores(ep) or {} for ep in episodes]
     out: dict[str, Any] = {"questions": len(scores), "seconds": round(time.perf_counter() - t0, 1)}
     out["trace"] = str(trace.relative_to(run.out))

@@ -22,7 +22,6 @@ Other rollout backends (`--ppo.weight-sync`, `--rollout.workers`, docs/distribut
 
 from __future__ import annotations
 
-import copy
 import shutil
 import time
 from collections.abc import Callable
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+
+from ragteam.train.actor_critic import full_model, is_lora
 
 __all__ = [
     "PushLoRAToVLLM",
@@ -46,14 +47,6 @@ class WeightSync(Protocol):
     def push(self, policy: Any, iteration: int) -> None:
         """Make the rollout backend use `policy`'s weights as they are after `iteration` updates (a second
         push for the same iteration may be skipped)."""
-
-
-def full_model(policy: Any) -> Any:
-    """The policy as one plain model: itself, or for a LoRA (peft) policy a copy with its adapter merged in
-    (a server that loads full weights cannot apply an adapter; the copy costs one model's memory)."""
-    if hasattr(policy, "peft_config"):
-        return copy.deepcopy(policy).merge_and_unload()
-    return policy
 
 
 class SharedModule:
@@ -230,7 +223,7 @@ class PushLoRAToVLLM:
     def push(self, policy: Any, iteration: int) -> None:
         if iteration == self.pushed:
             return
-        if not hasattr(policy, "peft_config"):
+        if not is_lora(policy):
             raise TypeError(
                 f"{type(policy).__name__} is not a LoRA (peft) model: push full weights instead "
                 "(--ppo.weight-sync vllm), or train a LoRA adapter (--ppo.lora)"
