@@ -202,6 +202,7 @@ def side_ours(args: argparse.Namespace) -> dict:
     from ragteam.train.experience import Sample
     from ragteam.train.losses import KLController
     from ragteam.train.ppo_config import PPOOptions
+    from ragteam.train.ppo_run import build_optimizer
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
@@ -226,7 +227,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         micro_tokens=args.micro_tokens,
         max_sample_tokens=max(32, longest),
     )
-    optimizer = ppo.build_optimizer(ac, opts, torch.device("cpu"))
+    optimizer = build_optimizer(ac, opts, torch.device("cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     run = SimpleNamespace(
         cfg=SimpleNamespace(ppo=opts, seed=args.seed),

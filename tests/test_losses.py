@@ -8,13 +8,10 @@ import pytest
 import torch
 
 from ragteam.train.losses import (
-    ADVANTAGES,
     POLICY_LOSSES,
     KLController,
     dpo_loss,
     entropy_from_logits,
-    gae,
-    get_advantage,
     get_policy_loss,
     kl_penalty,
     masked_mean,
@@ -22,7 +19,7 @@ from ragteam.train.losses import (
     nll_loss,
     pairwise_loss,
     policy_loss,
-    register_advantage,
+    register_policy_loss,
     token_logprobs,
     token_rewards,
     value_loss,
@@ -54,58 +51,6 @@ def test_masked_whiten():
     # valid values 1, 3: mean 2, population variance ((1-2)^2 + (3-2)^2) / 2 = 1 -> (x - 2) / 1; masked -> 0
     close(masked_whiten(x, mask), [[-1.0, 1.0, 0.0]])
     close(masked_whiten(x, mask, shift_mean=False), [[1.0, 3.0, 0.0]])  # (x - 2) / 1 + 2
-
-
-# ------------------------------------------------------------------------------------------ GAE
-
-# One row, 5 positions, position 2 is an observation token (masked): its reward 9 and value 7 are ignored.
-REWARDS = [[0.0, 0.0, 9.0, 0.0, 1.0]]
-VALUES = [[0.5, 0.6, 7.0, 0.7, 0.8]]
-MASK = [[1, 1, 0, 1, 1]]
-
-
-def test_gae_gamma1_lam095_skips_masked_token():
-    adv, ret = gae(t(REWARDS), t(VALUES), t(MASK), gamma=1.0, lam=0.95)
-    # t4: delta = 1 + 1*0     - 0.8 = 0.2 ; A = 0.2
-    # t3: delta = 0 + 1*0.8   - 0.7 = 0.1 ; A = 0.1 + 0.95*0.2    = 0.29
-    # t2: masked                          ; A = 0   (chain goes on from t3 to t1)
-    # t1: delta = 0 + 1*0.7   - 0.6 = 0.1 ; A = 0.1 + 0.95*0.29   = 0.3755   (next value is t3's 0.7, not 7)
-    # t0: delta = 0 + 1*0.6   - 0.5 = 0.1 ; A = 0.1 + 0.95*0.3755 = 0.456725
-    close(adv, [[0.456725, 0.3755, 0.0, 0.29, 0.2]])
-    close(ret, [[0.956725, 0.9755, 0.0, 0.99, 1.0]])  # A + V, 0 where masked
-
-
-def test_gae_gamma09_lam1_is_discounted_return_minus_value():
-    adv, ret = gae(t(REWARDS), t(VALUES), t(MASK), gamma=0.9, lam=1.0)
-    # t4: delta = 1 + 0          - 0.8 = 0.2  ; A = 0.2
-    # t3: delta = 0 + 0.9*0.8    - 0.7 = 0.02 ; A = 0.02 + 0.9*0.2  = 0.2
-    # t1: delta = 0 + 0.9*0.7    - 0.6 = 0.03 ; A = 0.03 + 0.9*0.2  = 0.21
-    # t0: delta = 0 + 0.9*0.6    - 0.5 = 0.04 ; A = 0.04 + 0.9*0.21 = 0.229
-    close(adv, [[0.229, 0.21, 0.0, 0.2, 0.2]])
-    # lam = 1: returns are the discounted reward-to-go over valid tokens: 0.9^3, 0.9^2, -, 0.9, 1
-    close(ret, [[0.729, 0.81, 0.0, 0.9, 1.0]])
-
-
-def test_gae_batch_rows_are_independent_and_hole_equals_compacted_row():
-    rewards = t([REWARDS[0], [0.0, 1.0, 5.0, 5.0, 5.0]])
-    values = t([VALUES[0], [0.5, 0.5, 3.0, 3.0, 3.0]])
-    mask = t([MASK[0], [1, 1, 0, 0, 0]])  # row 1: right padding
-    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=0.95)
-    # row 1: t1: delta = 1 - 0.5 = 0.5, A = 0.5 ; t0: delta = 0 + 0.5 - 0.5 = 0, A = 0.95*0.5 = 0.475
-    close(adv[1], [0.475, 0.5, 0.0, 0.0, 0.0])
-    close(ret[1], [0.975, 1.0, 0.0, 0.0, 0.0])
-    close(adv[0], [0.456725, 0.3755, 0.0, 0.29, 0.2])
-    # dropping the observation token altogether gives the same advantages on the valid tokens
-    keep = [0, 1, 3, 4]
-    adv_c, _ = gae(rewards[:1, keep], values[:1, keep], torch.ones(1, 4), gamma=1.0, lam=0.95)
-    close(adv_c[0], adv[0, keep].tolist())
-
-
-def test_gae_has_no_gradient_and_is_registered():
-    v = t(VALUES).requires_grad_()
-    adv, ret = gae(t(REWARDS), v, t(MASK))
-    assert not adv.requires_grad and not ret.requires_grad
-    assert get_advantage("gae") is gae and "gae" in ADVANTAGES
 
 
 # ------------------------------------------------------------------------------------------ rewards and KL
@@ -267,9 +212,7 @@ def test_kl_controller_rejects_bad_configs():
 
 
 def test_registry_errors():
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'grpo'; known: gae"):
-        get_advantage("grpo")
     with pytest.raises(ValueError, match=r"unknown policy loss 'nope'; known: .*ppo"):
         get_policy_loss("nope")
     with pytest.raises(ValueError, match="already registered"):
-        register_advantage("gae")(gae)
+        register_policy_loss("ppo")(policy_loss)

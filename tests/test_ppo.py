@@ -449,7 +449,7 @@ def test_vllm_lora_sync_needs_a_lora_policy_and_renames_the_rollout_model(
 ) -> None:
     from types import SimpleNamespace
 
-    from ragteam.train.ppo import weight_sync
+    from ragteam.train.ppo_run import weight_sync
     from ragteam.train.sync import PushLoRAToVLLM
 
     served = {"backend": "openai", "model": "policy", "base_url": "http://127.0.0.1:9/v1"}
@@ -486,3 +486,96 @@ def test_a_full_weight_push_of_a_lora_policy_sends_the_merged_model() -> None:
     changed = {k for k in merged if not torch.equal(merged[k], plain[k])}
     assert changed and all("q_proj" in k for k in changed)
     assert any("lora_B" in k for k in peft.state_dict())  # the trained policy keeps its adapter
+
+
+# ---- estimators, groups, roles, guards -------------------------------------------------------------------
+
+
+def test_ppo_refuses_settings_that_cannot_learn(hotpot_small: Path, tmp_path: Path) -> None:
+    from ragteam.train.ppo_run import check
+
+    greedy = with_recipe(tiny_cfg(hotpot_small, tmp_path, rollout={"temperature": 0.0}))
+    with pytest.raises(ValueError, match="temperature 0"):
+        check(greedy)
+    lonely = with_recipe(tiny_cfg(hotpot_small, tmp_path, ppo={"advantage": "grpo"}))
+    with pytest.raises(ValueError, match="group-size"):
+        check(lonely)
+    stranger = with_recipe(tiny_cfg(hotpot_small, tmp_path, ppo={"train_roles": "selector,router"}))
+    with pytest.raises(ValueError, match="router not a role of mmoa"):
+        check(stranger)
+    assert stranger.ppo.train_roles == ["selector", "router"]  # one flag value, comma-separated
+
+
+def test_a_group_estimator_trains_without_a_critic_on_groups_of_episodes(
+    hotpot_small: Path, tmp_path: Path
+) -> None:
+    """grpo with --rollout.group-size 3: three episodes per question, each its own sampled act; no value
+    head, no critic folder; the excluded role (--ppo.train-roles generator) acts but is not trained."""
+    from ragteam.train import ppo
+
+    cfg = with_recipe(
+        tiny_cfg(
+            hotpot_small,
+            tmp_path / "out",
+            questions_per_iteration=2,
+            iterations=1,
+            rollout={"group_size": 3},
+            ppo={**tiny_cfg(hotpot_small, tmp_path).ppo.model_dump(), "advantage": "grpo",
+                 "train_roles": ["generator"], "normalize": "none"},
+        )
+    )  # fmt: skip
+    run = ppo.start(cfg)
+    assert not run.ac.has_critic and len(run.optimizer.param_groups) == 1
+    episodes = ppo.rollout(run, 0)
+    assert len(episodes) == 6 and len({ep.id for ep in episodes}) == 6
+    groups = {ep.question.metadata["group"] for ep in episodes}
+    assert len(groups) == 2 and all(ep.id.split("#")[0] in groups for ep in episodes)
+    selector_ids = {
+        tuple(n.completion.completion_ids)
+        for ep in episodes
+        for n in ep.policy_nodes()
+        if n.role == "selector"
+    }
+    assert len(selector_ids) > 2  # members are sampled apart, not copies of one sample
+    samples, skipped = ppo.credit(run, episodes)
+    train = ppo.trained(run, samples, skipped)
+    assert {s.role for s in train} == {"generator"} and skipped["role_not_trained"] == 6
+    exp = ppo.advantages(run, train)
+    assert exp.old_values is None
+    for g in {s.group for s in train}:  # grpo: advantages sum to 0 within each question's group
+        rows = [i for i, s in enumerate(train) if s.group == g]
+        assert abs(float(exp.advantages[rows][:, 0].sum())) < 1e-4
+    meters = ppo.update(run, exp, 0)
+    overall, per_role = meters.means()
+    assert set(per_role) == {"generator"} and "value_loss" not in overall and "grad_norm" in overall
+    out = ppo.train_ppo(cfg.model_copy(update={"out": str(tmp_path / "full")}))
+    assert (out / "config.json").exists() and not (out / "critic").exists()
+
+
+def test_log_probs_are_scored_at_the_sampling_temperature(tiny_run) -> None:
+    from ragteam.train.actor_critic import completion_logprobs
+
+    run, _, samples, _ = tiny_run
+    s = samples[0]
+    hot = Sample(**{**s.__dict__, "temperature": 0.5})
+    with torch.no_grad():
+        at_one = completion_logprobs(run.ac.policy, pack_samples([s]))[0][0, : len(s.completion_ids)]
+        at_half = completion_logprobs(run.ac.policy, pack_samples([hot]))[0][0, : len(s.completion_ids)]
+        full = run.ac.policy(torch.tensor([s.prompt_ids + s.completion_ids])).logits[0].float()
+    p = len(s.prompt_ids)
+    logits = full[p - 1 : p - 1 + len(s.completion_ids)] / 0.5
+    expect = (
+        torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.completion_ids).unsqueeze(-1)).squeeze(-1)
+    )
+    assert torch.allclose(at_half, expect, atol=1e-4) and not torch.allclose(at_half, at_one, atol=1e-3)
+
+
+def test_a_runaway_role_is_warned_about() -> None:
+    from types import SimpleNamespace
+
+    from ragteam.train.ppo_log import runaway
+
+    run = SimpleNamespace(state={})
+    assert runaway(run, {"roles": {"generator": {"entropy": 1.4, "length": 5.2, "kl": 0.0}}}) == []
+    warned = runaway(run, {"roles": {"generator": {"entropy": 3.3, "length": 19.5, "kl": 0.6}}})
+    assert len(warned) == 3 and all(w.startswith("generator:") for w in warned)

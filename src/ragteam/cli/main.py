@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval-retrieval",): ("eval_retrieval", "Recall@k of supporting paragraphs for bm25, dense and hybrid."),
     ("ask",): ("ask", "Run one question through a workflow and print its trace."),
     ("eval",): ("evaluate", "Evaluate a workflow on a benchmark file: traces, metrics, statistics, plots."),
+    ("compare",): ("compare", "Compare two runs on the same questions: paired bootstrap and McNemar."),
     ("train", "sft"): ("train_sft", "Supervised fine-tuning of the policy on SFT rows (TRL; full or LoRA)."),
     ("train", "dpo"): ("train_dpo", "DPO of the policy on ranked pairs (TRL; full or LoRA)."),
     ("train", "critic"): ("train_critic", "Train a process critic on ranked pairs (Bradley-Terry)."),

@@ -101,6 +101,12 @@ class RolloutConfig(Config):
         "`c3po` is C-3PO's tree (router's three strategies, then 2-way forks to depth 4)",
     )
     best_of: BestOf = Field(default_factory=BestOf, description="keep one of N candidates per act")
+    group_size: int = Field(
+        1,
+        ge=1,
+        description="independent episodes (or trees) per question, for group baselines (grpo, rloo, tree): "
+        "each is its own episode, `<id>#<k>`, with metadata.group the question's id",
+    )
     max_depth: int = Field(16, ge=1, description="policy acts on one root-to-leaf path")
     max_nodes: int = Field(512, ge=1, description="nodes per episode tree; once reached, no more forking")
     max_tokens_per_episode: int = Field(

@@ -34,6 +34,7 @@ from time import perf_counter
 from typing import Any
 
 from ragteam.rollout.config import RolloutConfig
+from ragteam.rollout.groups import members
 from ragteam.rollout.state import RunReport
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
@@ -232,15 +233,19 @@ class RayEngine:
         reward: Any = None,
         on_episode: Callable[[Episode], None] | None = None,
         progress: bool = False,
+        config: RolloutConfig | None = None,
     ) -> RunReport:
-        """Run `workflow` on every question over the actors; the episodes come back in question order."""
+        """Run `workflow` on every question over the actors; the episodes come back in question order.
+        `config`: this run's settings, else the engine's."""
         from tqdm.auto import tqdm
 
         t0 = perf_counter()
-        indexed = list(enumerate(questions))
+        config = config if config is not None else self.config
+        indexed = list(enumerate(members(questions, config.group_size)))
+        config = config.model_copy(update={"group_size": 1})  # the members are the questions now
         parts = [[indexed[i] for i in r] for r in shares(len(indexed), len(self.actors))]
         streams = [
-            actor.run.options(num_returns="streaming").remote(workflow, part, reward, self.config)
+            actor.run.options(num_returns="streaming").remote(workflow, part, reward, config)
             for actor, part in zip(self.actors, parts)
             if part
         ]

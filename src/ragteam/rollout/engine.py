@@ -43,6 +43,7 @@ from ragteam.retrieval.base import Retriever
 from ragteam.rollout import calls
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.fit import fit_request
+from ragteam.rollout.groups import members
 from ragteam.rollout.replay import ReplayMismatch, Thrown, describe, replay, send
 from ragteam.rollout.select import Candidates, Scorer, argmax
 from ragteam.rollout.state import Path, Plan, Run, RunReport
@@ -93,9 +94,19 @@ class Engine:
         reward: RewardFn | None = None,
         on_episode: Callable[[Episode], None] | None = None,
         progress: bool = False,
+        config: RolloutConfig | None = None,
     ) -> RunReport:
-        """Run `workflow` on every question; return the episodes in question order with failure counts."""
+        """Run `workflow` on every question; return the episodes in question order with failure counts
+        (`config.group_size` K > 1: K episodes per question, in a row, see `rollout/groups.py`). `config`:
+        this run's settings (a trainer's sampling seed per iteration, greedy evaluation), else the engine's."""
+        if config is not None:
+            saved, self.config = self.config, config
+            try:
+                return self.run(workflow, questions, reward, on_episode, progress)
+            finally:
+                self.config = saved
         t0 = perf_counter()
+        questions = members(questions, self.config.group_size)
         todo = deque(enumerate(questions))
         live: list[Run] = []
         done: dict[int, Episode] = {}

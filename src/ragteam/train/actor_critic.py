@@ -44,7 +44,7 @@ def full_model(model: nn.Module) -> nn.Module:
 class Scored:
     """Per-token outputs on a batch's [B, T] layout (0 where the batch mask is False)."""
 
-    logp: Tensor  # log pi(token | prefix), at temperature 1
+    logp: Tensor  # log pi(token | prefix), at the temperature the sample was drawn at
     values: Tensor | None = None  # V(state before the token)
     entropy: Tensor | None = None  # entropy of the next-token distribution
 
@@ -61,6 +61,8 @@ def completion_logprobs(
     """(logp [B, T], entropy [B, T] or None, hidden [B, T, H]) of a causal LM on the batch's completions."""
     h = _gathered_hidden(model.get_decoder(), batch)
     logits = model.get_output_embeddings()(h)
+    if bool((batch.temperature != 1).any()):  # scored as sampled: pi_T = softmax(z / T)
+        logits = logits / batch.temperature.to(logits.dtype).clamp_min(1e-4).view(-1, 1, 1)
     logp = token_logprobs(logits, batch.completion_ids) * batch.mask
     ent = entropy_from_logits(logits) * batch.mask if entropy else None
     return logp, ent, h
@@ -70,20 +72,29 @@ class ActorCritic(nn.Module):
     """The trained pair: `policy` (a causal LM) and the critic (`critic_trunk` + `value_head`, or the head on
     the policy's trunk when `critic_trunk` is None)."""
 
-    def __init__(self, policy: nn.Module, critic_trunk: nn.Module | None, value_head: nn.Linear) -> None:
+    def __init__(
+        self, policy: nn.Module, critic_trunk: nn.Module | None, value_head: nn.Linear | None
+    ) -> None:
         super().__init__()
         self.policy = policy
         self.critic_trunk = critic_trunk
         self.value_head = value_head
 
     @property
+    def has_critic(self) -> bool:
+        return self.value_head is not None
+
+    @property
     def shared(self) -> bool:
-        return self.critic_trunk is None
+        return self.has_critic and self.critic_trunk is None
 
     @classmethod
-    def from_policy(cls, policy: nn.Module, shared: bool = False) -> ActorCritic:
+    def from_policy(cls, policy: nn.Module, shared: bool = False, critic: bool = True) -> ActorCritic:
         """Critic initialised from the policy: a copy of its trunk (or the trunk itself) and a zero value
-        head, so every state is worth 0 before the first update."""
+        head, so every state is worth 0 before the first update. `critic=False`: the policy alone (a
+        critic-free estimator: no value head, no second trunk, no value pass)."""
+        if not critic:
+            return cls(policy, None, None)
         trunk = None if shared else copy.deepcopy(policy.get_decoder())
         hidden = policy.config.hidden_size
         head = nn.Linear(hidden, 1)
@@ -94,6 +105,8 @@ class ActorCritic(nn.Module):
 
     def forward(self, batch: Packed, entropy: bool = False) -> Scored:
         logp, ent, h = completion_logprobs(self.policy, batch, entropy=entropy)
+        if self.value_head is None:
+            return Scored(logp=logp, entropy=ent)
         if self.critic_trunk is not None:
             h = _gathered_hidden(self.critic_trunk, batch)
         values = self.value_head(h).squeeze(-1).float() * batch.mask
@@ -125,6 +138,8 @@ class ActorCritic(nn.Module):
             self.policy.save_pretrained(out)
         if tokenizer is not None:
             tokenizer.save_pretrained(out)
+        if self.value_head is None:
+            return
         critic = out / "critic"
         critic.mkdir(parents=True, exist_ok=True)
         if self.critic_trunk is not None and self.lora:
@@ -138,6 +153,8 @@ class ActorCritic(nn.Module):
         """Load the critic saved by `save` (its trunk weights and value head) into this module."""
         from ragteam.llm.local import read_weights
 
+        if self.value_head is None:
+            return
         critic = Path(folder) / "critic"
         if self.critic_trunk is not None and self.lora:
             adapter = torch.load(critic / CRITIC_ADAPTER, map_location="cpu")

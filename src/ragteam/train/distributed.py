@@ -212,6 +212,8 @@ def save_actor_critic(ac: Any, out: Any, tokenizer: Any, dist: Dist, merged: boo
     ac.policy.save_pretrained(out, state_dict=part("policy."))
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
+    if ac.value_head is None:  # a critic-free estimator: no critic to write
+        return
     critic = out / "critic"
     critic.mkdir(parents=True, exist_ok=True)
     if ac.critic_trunk is not None:

@@ -24,9 +24,18 @@ import torch
 from torch import Tensor
 
 from ragteam.credit import CreditFn, RewardOf
+from ragteam.rollout.groups import group_of
 from ragteam.rollout.tree import Episode
 
-__all__ = ["Packed", "Sample", "micro_batches", "minibatches", "pack_samples", "samples_from_episodes"]
+__all__ = [
+    "Packed",
+    "Sample",
+    "group_ids",
+    "micro_batches",
+    "minibatches",
+    "pack_samples",
+    "samples_from_episodes",
+]
 
 
 @dataclass
@@ -43,6 +52,9 @@ class Sample:
     invalid: bool = False  # the parser could not read the act (a fallback was taken)
     kind: str = ""  # the parsed action kind (C-3PO's strategy for the router)
     cut: bool = False  # max tokens cut the completion
+    group: str = ""  # the question group: episodes sampled for one question (--rollout.group-size)
+    parent: int | None = None  # its parent node: acts with one parent in one episode are siblings (a fork)
+    temperature: float = 1.0  # the temperature it was sampled at (log-probs are scored at it)
 
     @property
     def length(self) -> int:
@@ -88,12 +100,31 @@ def samples_from_episodes(
                 invalid=node.action is not None and not node.action.valid,
                 kind=node.action.kind if node.action is not None else "",
                 cut=c.cut,
+                group=group_of(ep.question),
+                parent=node.parent,
+                temperature=float((node.sampling or {}).get("temperature") or 1.0),
             )
             if max_tokens is not None and s.length > max_tokens:
                 skip("too_long")
                 continue
             samples.append(s)
     return samples, skipped
+
+
+def group_ids(samples: Sequence[Sample]) -> tuple[Tensor, Tensor, Tensor]:
+    """The ids the advantage estimators and the per-role normalisation read, each [B] long:
+    `index` (one question group and role), `siblings` (one parent node, episode and role; -1 for an act
+    with no sibling: nothing forked there) and `roles` (one role)."""
+
+    def ids(keys: list) -> Tensor:
+        table: dict = {}
+        return torch.tensor([table.setdefault(k, len(table)) for k in keys], dtype=torch.long)
+
+    index = ids([(s.group, s.role) for s in samples])
+    fork = ids([(s.episode, s.parent, s.role) for s in samples])
+    size = torch.bincount(fork)
+    siblings = torch.where(size[fork] > 1, fork, torch.full_like(fork, -1))
+    return index, siblings, ids([s.role for s in samples])
 
 
 @dataclass
@@ -103,7 +134,8 @@ class Packed:
     input_ids, position_ids: [R, L] (R packed rows of L tokens; the tail of a row is padding, never read).
     rows, cols: [B, T] long; the logits that predict completion token t of sample b sit at
     (rows[b, t], cols[b, t]) (one position before the token). mask: [B, T] bool, True on real completion
-    tokens. completion_ids: [B, T] long (0 where masked).
+    tokens. completion_ids: [B, T] long (0 where masked). temperature: [B], each sample's sampling
+    temperature (its logits are divided by it before they are scored, as they were when it was sampled).
     """
 
     samples: list[Sample]
@@ -113,6 +145,7 @@ class Packed:
     cols: Tensor
     mask: Tensor
     completion_ids: Tensor
+    temperature: Tensor
 
     def to(self, device: torch.device | str) -> Packed:
         return Packed(
@@ -120,6 +153,7 @@ class Packed:
             *(t.to(device) for t in (self.input_ids, self.position_ids, self.rows, self.cols)),
             self.mask.to(device),
             self.completion_ids.to(device),
+            self.temperature.to(device),
         )
 
 
@@ -165,7 +199,8 @@ def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_i
         cols[b, :n] = torch.arange(start + p - 1, start + p - 1 + n)
         mask[b, :n] = True
         comp[b, :n] = torch.tensor(s.completion_ids)
-    return Packed(list(samples), ids, pos, rows, cols, mask, comp)
+    temperature = torch.tensor([s.temperature for s in samples], dtype=torch.float32)
+    return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature)
 
 
 def micro_batches(samples: Sequence[Sample], idx: Sequence[int], tokens: int) -> list[list[int]]:

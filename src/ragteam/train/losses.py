@@ -1,4 +1,4 @@
-"""RL and preference losses as small pure torch functions: PPO (GAE, clipped policy and value losses, KL
+"""RL and preference losses as small pure torch functions: PPO (clipped policy and value losses, KL
 penalties, an adaptive/annealed KL coefficient), DPO, and the Bradley-Terry loss of a critic.
 
 Shapes: B rows (samples), T token positions, V vocabulary. A `mask` [B, T] (bool or 0/1 float) is 1 on the
@@ -6,8 +6,8 @@ trained completion tokens and 0 on prompt, padding and observation tokens; every
 positions only. Log-probs are per token, already gathered for the sampled ids (`token_logprobs`). Scalar
 losses are 0-dim tensors; stats are python floats (detached) for logging.
 
-Advantage estimators and policy losses are registered by name (`ADVANTAGES`, `POLICY_LOSSES`) so a trainer
-picks them from its config.
+Policy losses are registered by name (`POLICY_LOSSES`, `--ppo.loss`) so a trainer picks one from its
+config; advantage estimators live in `train/advantages.py` under the same scheme.
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    "ADVANTAGES",
     "KL_KINDS",
     "POLICY_LOSSES",
     "KLController",
     "dpo_loss",
     "entropy_from_logits",
-    "gae",
-    "get_advantage",
     "get_policy_loss",
     "kl_penalty",
     "masked_mean",
@@ -37,15 +34,11 @@ __all__ = [
     "nll_loss",
     "pairwise_loss",
     "policy_loss",
-    "register_advantage",
     "register_policy_loss",
     "token_logprobs",
     "token_rewards",
     "value_loss",
 ]
-
-ADVANTAGES: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {}
-"""Advantage estimators by name: `(token_rewards, values, mask, **cfg) -> (advantages, returns)`, [B, T]."""
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {}
 """Policy losses by name: `(logp, old_logp, advantages, mask, **cfg) -> (loss, stats)`."""
@@ -73,9 +66,7 @@ def _getter(registry: dict[str, Any], what: str) -> Callable[[str], Any]:
     return get
 
 
-register_advantage = _registrar(ADVANTAGES, "advantage estimator")
 register_policy_loss = _registrar(POLICY_LOSSES, "policy loss")
-get_advantage = _getter(ADVANTAGES, "advantage estimator")
 get_policy_loss = _getter(POLICY_LOSSES, "policy loss")
 
 
@@ -169,36 +160,6 @@ def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tens
     rows = torch.arange(kl.shape[0], device=kl.device)[has]
     out[rows, last[has]] += scores.to(out.dtype)[has]
     return out
-
-
-@register_advantage("gae")
-def gae(
-    token_rewards: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, lam: float = 0.95
-) -> tuple[Tensor, Tensor]:
-    """Generalised advantage estimation (Schulman et al. 2016), backwards over the mask-1 tokens of each row.
-
-    token_rewards, values, mask: [B, T] -> (advantages [B, T], returns [B, T] = advantages + values), both 0
-    at masked positions and computed without gradient. Masked positions are skipped, not treated as steps:
-    the "next value" of a token is the value of the next mask-1 token of its row (0 after the last one), so
-    observation tokens in the middle of a multi-turn completion do not break the chain; rewards at masked
-    positions are ignored. delta_t = r_t + gamma * V_next - V_t;  A_t = delta_t + gamma * lam * A_next.
-    """
-    with torch.no_grad():
-        valid = mask.bool()
-        r = token_rewards.float()
-        v = values.float()
-        next_value = torch.zeros_like(v[:, 0])
-        next_adv = torch.zeros_like(v[:, 0])
-        adv = torch.zeros_like(v)
-        for t in range(v.shape[1] - 1, -1, -1):
-            delta = r[:, t] + gamma * next_value - v[:, t]
-            a = delta + gamma * lam * next_adv
-            ok = valid[:, t]
-            adv[:, t] = torch.where(ok, a, torch.zeros_like(a))
-            next_value = torch.where(ok, v[:, t], next_value)
-            next_adv = torch.where(ok, a, next_adv)
-        returns = torch.where(valid, adv + v, torch.zeros_like(v))
-    return adv.to(values.dtype), returns.to(values.dtype)
 
 
 @register_policy_loss("ppo")

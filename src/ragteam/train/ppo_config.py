@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ragteam.config import ConfigError
 from ragteam.eval.run import JudgeConfig
@@ -27,6 +27,22 @@ class PPOOptions(LoraFields):
     credit: str = Field(
         "outcome", description="credit function (ragteam.credit): outcome, tree_mc, mmoa, process"
     )
+    advantage: str = Field(
+        "gae",
+        description="advantage estimator (train/advantages.py): gae (a critic), or critic-free grpo, drgrpo, "
+        "rloo (groups: --rollout.group-size K), reinforce_pp (batch baseline), tree (sibling + group)",
+    )
+    loss: str = Field("ppo", description="policy loss (train/losses.py): ppo, the clipped surrogate")
+    normalize: Literal["none", "global", "role"] = Field(
+        "global",
+        description="whiten advantages over the iteration's trained tokens (global), over each role's own "
+        "tokens (role: one shared policy, roles of different reward scales), or not at all (none)",
+    )
+    train_roles: list[str] = Field(
+        default_factory=list,
+        description="roles whose acts are trained (empty: all); the others still act, and are left out of "
+        "the update (MMOA-RAG's Table 4 'w/o agent i' ablation)",
+    )
     reward: Literal["f1", "em", "cover_em", "judge"] = Field(
         "f1",
         description="the answer's reward: f1, em, cover_em against the gold answers, or judge (1/0 from the "
@@ -38,9 +54,8 @@ class PPOOptions(LoraFields):
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     vf_coef: float = Field(0.1, ge=0, description="value loss coefficient (MMOA-RAG's alpha)")
     ent_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
-    whiten_advantages: bool = Field(True, description="normalise advantages over each iteration's tokens")
-    epochs: int = Field(1, ge=1, description="passes over each iteration's samples")
-    minibatch_tokens: int = Field(8192, ge=64, description="tokens (prompt + completion) per optimizer step")
+    epochs: int = Field(2, ge=1, description="passes over each iteration's samples")
+    minibatch_tokens: int = Field(4096, ge=64, description="tokens (prompt + completion) per optimizer step")
     micro_tokens: int = Field(
         2048, ge=64, description="tokens per forward/backward (gradient accumulation within a step)"
     )
@@ -92,6 +107,16 @@ class PPOOptions(LoraFields):
         None,
         description="where pushed weights are written (default OUT/sync; for vllm: the folder it serves)",
     )
+
+    @field_validator("train_roles", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        """`selector,generator` (one flag value) or a list, each item possibly comma-separated."""
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            return [part.strip() for v in value for part in str(v).split(",") if part.strip()]
+        return value
 
 
 class PPOConfig(RunConfig):

@@ -1,0 +1,124 @@
+"""`ragteam compare`: run B against run A on the same questions (paired bootstrap and McNemar).
+
+ragteam compare runs/eval-sft runs/eval-ppo                       # eval folders (their episodes.jsonl)
+ragteam compare runs/eval-sft runs/ppo/eval/iteration-8.jsonl --metrics f1 --json
+ragteam compare runs/a runs/b --intersect                         # only the questions both runs answered
+
+Each run is an eval output folder or an episodes .jsonl file (PPO's OUT/eval/iteration-N.jsonl has the same
+format). Episodes are paired by question id; runs over different questions are refused unless --intersect.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from ragteam.config import Config as BaseConfig
+
+if TYPE_CHECKING:
+    from ragteam.rollout.tree import Episode
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "json"')
+
+    class Config(BaseConfig):
+        """Settings of `ragteam compare`."""
+
+        run_a: str = Field(
+            ...,
+            description="run A (the baseline): an eval output folder or an episodes .jsonl file",
+            json_schema_extra={"positional": True},
+        )
+        run_b: str = Field(
+            ...,
+            description="run B (compared with A): an eval output folder or an episodes .jsonl file",
+            json_schema_extra={"positional": True},
+        )
+        metrics: list[Literal["em", "f1", "cover_em", "mc_acc"]] = Field(
+            default_factory=lambda: ["em", "f1", "cover_em"],
+            min_length=1,
+            description="metrics to compare (McNemar is added for the 0/1 ones: em, cover_em, mc_acc)",
+        )
+        intersect: bool = Field(
+            False,
+            description="pair only the questions both runs hold; without it, runs over different questions "
+            "are refused",
+        )
+        resamples: int = Field(
+            10000, ge=100, description="bootstrap resamples of the per-question differences"
+        )
+        seed: int = Field(0, description="seed of the bootstrap")
+        json: bool = Field(False, description="print the comparison as JSON instead of a Markdown table")
+
+
+def read_run(path: str | Path) -> list[Episode]:
+    """The episodes of a run: `path/episodes.jsonl` for a folder, else the file itself. ValueError naming the
+    path when it is missing, holds no episodes or has a bad line."""
+    from ragteam.eval.folder import TRACE_FILE
+    from ragteam.rollout.traces import read_episodes
+
+    path = Path(path)
+    if path.is_dir():
+        if not (path / TRACE_FILE).is_file():
+            raise ValueError(
+                f"{path}: no {TRACE_FILE} in this folder (give an eval output folder or a .jsonl)"
+            )
+        path = path / TRACE_FILE
+    elif not path.exists():
+        raise ValueError(f"{path}: no such file or folder")
+    episodes = list(read_episodes(path))  # a bad line: ValueError "FILE:LINE: not an episode record"
+    if not episodes:
+        raise ValueError(f"{path}: no episodes in this file")
+    return episodes
+
+
+def _p(p: float, resamples: int | None = None) -> str:
+    """A p-value for the table; a bootstrap p of 0 means no resample crossed 0: p < 1/resamples."""
+    if resamples is not None and p == 0.0:
+        return f"<{1 / resamples:.2g}"
+    return f"{p:.3g}"
+
+
+def render(result: dict[str, Any], a: str, b: str) -> str:
+    """The comparison as a Markdown table (percent points) and a counts line."""
+    from ragteam.eval.report import METRIC_LABELS, table
+
+    rows = []
+    for m, r in result["metrics"].items():
+        boot = r["bootstrap"]
+        lo, hi = boot["ci95"]
+        rows.append(
+            [
+                METRIC_LABELS.get(m, m),
+                f"{r['a']:.1f}",
+                f"{r['b']:.1f}",
+                f"{boot['mean_diff']:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+                _p(boot["p"], result["resamples"]),
+                _p(r["mcnemar"]["p"]) if "mcnemar" in r else "–",
+            ]
+        )
+    header = ["metric", "A", "B", "B-A [95% CI]", "p (bootstrap)", "p (McNemar)"]
+    c = result["counts"]
+    line = (
+        f"{c['questions']} questions, {c['changed']} answers changed, {c['better']} better, {c['worse']} worse "
+        f"(by F1); failed: A {c['failed_a']}, B {c['failed_b']}"
+    )
+    if c["dropped"]:
+        line += f"; {c['dropped']} questions held by only one run were dropped (--intersect)"
+    return f"A: {a}\nB: {b}\n\n{table(header, rows)}\n\n{line}"
+
+
+def run(cfg: Config) -> int:
+    from ragteam.eval.paired import compare_runs
+
+    a, b = read_run(cfg.run_a), read_run(cfg.run_b)
+    result = compare_runs(a, b, cfg.metrics, intersect=cfg.intersect, n=cfg.resamples, seed=cfg.seed)
+    if cfg.json:
+        print(json.dumps({"a": cfg.run_a, "b": cfg.run_b, **result}, indent=2))
+    else:
+        print(render(result, cfg.run_a, cfg.run_b))
+    return 0

@@ -1,0 +1,174 @@
+"""Paired comparison of two runs on the same questions: is B better than A, or is the gap noise?
+
+Two runs' means with separate bootstrap intervals (the eval report) overlap long after a paired test can
+tell them apart: most of a run's variance is in which questions are hard, and that variance is shared when
+both runs answer the same questions. Pairing by question id removes it, so these functions work on the
+per-question differences: a paired bootstrap of the mean difference (any metric) and McNemar's exact test
+(0/1 metrics: only the questions where exactly one run is right carry evidence).
+
+Pure functions; numpy only (the binomial tail is exact, with `math.comb`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ragteam.eval.scores import episode_scores
+from ragteam.rollout.tree import Episode
+
+PAIRED_METRICS = ("em", "f1", "cover_em")
+BINARY_METRICS = frozenset({"em", "cover_em", "mc_acc"})
+"""Metrics that are 0 or 1 per question: McNemar applies to them."""
+
+RESAMPLES = 10000
+SEED = 0
+_ZERO = 1e-12  # a mean difference this small is 0 (float sums of F1 values are not exact)
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = RESAMPLES, seed: int = SEED) -> dict:
+    """Mean of b - a over paired values (same questions, same order), its 95 % percentile interval, and a
+    two-sided bootstrap p-value.
+
+    The per-question differences are resampled with replacement `n` times (seeded, so a report is
+    reproducible). p is twice the share of resampled means that are 0 or of the other sign than the observed
+    mean, capped at 1: how often the data, redrawn, would not show the direction observed. p = 1 when the
+    observed mean difference is 0 (every difference 0, or gains and losses cancelling). p = 0 means no
+    resample crossed 0: read it as p < 1/n, not as certainty.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired values must have the same length (got {len(a)} and {len(b)})")
+    if len(a) == 0:
+        raise ValueError("no paired values to compare")
+    d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+    observed = float(d.mean())
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(n, len(d)))].mean(axis=1)  # one row of questions per resample
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    if abs(observed) <= _ZERO:
+        p = 1.0
+    else:
+        crossed = means <= _ZERO if observed > 0 else means >= -_ZERO
+        p = min(1.0, 2.0 * float(crossed.mean()))
+    return {"n": len(d), "mean_diff": observed, "ci95": [float(lo), float(hi)], "p": p, "resamples": n}
+
+
+def binomial_cdf_half(k: int, n: int) -> float:
+    """P[X <= k] for X ~ Binomial(n, 1/2), exact: sum of C(n, i) for i <= k, over 2^n."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict:
+    """McNemar's exact test on paired right/wrong outcomes (same questions, same order).
+
+    Only discordant pairs count: n10 (a right, b wrong) and n01 (a wrong, b right). Under "no difference"
+    each discordant pair goes either way with probability 1/2, so the two-sided p-value is
+    min(1, 2 * P[X <= min(n01, n10)]) with X ~ Binomial(n01 + n10, 1/2); p = 1 without discordant pairs.
+    Exact rather than the chi-square approximation, which is poor for the few discordant pairs of a small eval.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired outcomes must have the same length (got {len(a)} and {len(b)})")
+    n10 = sum(1 for x, y in zip(a, b) if x and not y)
+    n01 = sum(1 for x, y in zip(a, b) if y and not x)
+    discordant = n01 + n10
+    p = 1.0 if discordant == 0 else min(1.0, 2.0 * binomial_cdf_half(min(n01, n10), discordant))
+    return {"n01": n01, "n10": n10, "discordant": discordant, "p": p}
+
+
+def _by_id(episodes: Iterable[Episode]) -> dict[str, Episode]:
+    """Episodes by question id, in first-seen order; a later record of a question replaces the earlier one
+    (as when an eval trace is resumed)."""
+    out: dict[str, Episode] = {}
+    for ep in episodes:
+        out[ep.question.id] = ep
+    return out
+
+
+def _ids(ids: Sequence[str], shown: int = 10) -> str:
+    return ", ".join(ids[:shown]) + (f", ... ({len(ids)} in all)" if len(ids) > shown else "")
+
+
+def pair_episodes(
+    a_episodes: Iterable[Episode], b_episodes: Iterable[Episode], intersect: bool = False
+) -> tuple[list[tuple[Episode, Episode]], int]:
+    """(A's episode, B's episode) per question id in A's order, and how many questions were dropped.
+
+    Runs over different questions cannot be compared question by question: without `intersect` that is a
+    ValueError naming the ids only one run has; with it, only the shared questions are paired. The same id
+    with another question text is always an error (two datasets numbering their questions alike).
+    """
+    a, b = _by_id(a_episodes), _by_id(b_episodes)
+    only_a = [q for q in a if q not in b]
+    only_b = [q for q in b if q not in a]
+    if (only_a or only_b) and not intersect:
+        parts = [f"{len(x)} only in {name} ({_ids(x)})" for name, x in (("A", only_a), ("B", only_b)) if x]
+        raise ValueError(
+            f"the two runs do not cover the same questions: {'; '.join(parts)}; pass --intersect "
+            f"(intersect=True) to compare the {len(a) - len(only_a)} shared questions only"
+        )
+    shared = [q for q in a if q in b]
+    differ = [q for q in shared if a[q].question.question != b[q].question.question]
+    if differ:
+        raise ValueError(f"the same question ids hold different questions in the two runs: {_ids(differ)}")
+    if not shared:
+        raise ValueError("the two runs share no question")
+    return [(a[q], b[q]) for q in shared], len(only_a) + len(only_b)
+
+
+def _row(ep: Episode) -> dict[str, Any]:
+    """One episode's metric values x100, normalized answer and whether it failed. A failed or answerless
+    episode scores 0 with answer "" (as in the eval report); scores missing on the leaf are recomputed
+    from its answer, as `ragteam eval` does."""
+    from ragteam.metrics.answer import normalize_answer, score_answer
+
+    scores = episode_scores(ep, score=score_answer)
+    row: dict[str, Any] = {k: 100.0 * float(v) for k, v in (scores or {}).items()}
+    row["failed"] = scores is None
+    row["answer"] = "" if scores is None else normalize_answer(ep.answer)
+    return row
+
+
+def compare_runs(
+    a_episodes: Iterable[Episode],
+    b_episodes: Iterable[Episode],
+    metrics: Sequence[str] = PAIRED_METRICS,
+    intersect: bool = False,
+    n: int = RESAMPLES,
+    seed: int = SEED,
+) -> dict[str, Any]:
+    """Run B against run A on the questions they share (see `pair_episodes`).
+
+    Per metric: A's and B's means (x100, like the eval reports), the paired bootstrap of B - A (x100) and,
+    for 0/1 metrics, McNemar. Counts: questions paired, dropped (with `intersect`), answers changed (the
+    normalized predictions differ), better and worse (by F1), failed episodes per run.
+    """
+    pairs, dropped = pair_episodes(a_episodes, b_episodes, intersect)
+    ra, rb = [_row(x) for x, _ in pairs], [_row(y) for _, y in pairs]
+
+    def values(rows: list[dict[str, Any]], metric: str) -> list[float]:
+        return [r.get(metric, 0.0) for r in rows]
+
+    out: dict[str, Any] = {}
+    for m in metrics:
+        va, vb = values(ra, m), values(rb, m)
+        out[m] = {
+            "a": float(np.mean(va)),
+            "b": float(np.mean(vb)),
+            "bootstrap": paired_bootstrap(va, vb, n, seed),
+        }
+        if m in BINARY_METRICS:
+            out[m]["mcnemar"] = mcnemar([v >= 50.0 for v in va], [v >= 50.0 for v in vb])
+    fa, fb = values(ra, "f1"), values(rb, "f1")
+    counts = {
+        "questions": len(pairs),
+        "dropped": dropped,
+        "changed": sum(1 for x, y in zip(ra, rb) if x["answer"] != y["answer"]),
+        "better": sum(1 for x, y in zip(fa, fb) if y > x),
+        "worse": sum(1 for x, y in zip(fa, fb) if y < x),
+        "failed_a": sum(1 for r in ra if r["failed"]),
+        "failed_b": sum(1 for r in rb if r["failed"]),
+    }
+    return {"counts": counts, "metrics": out, "resamples": n, "seed": seed}

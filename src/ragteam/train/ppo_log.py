@@ -1,0 +1,155 @@
+"""PPO's log: one row per iteration (`log.jsonl`, TensorBoard, a line on stderr), built from what the
+iteration's phases produced, and the guards that watch it: a role whose entropy, KL or reply length runs
+away from where the run started gets a warning in the row and on the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from ragteam.eval.folder import flatten
+from ragteam.rollout.tree import Episode
+from ragteam.train.experience import Sample
+from ragteam.train.ppo_run import Experience, Iteration, Run
+
+__all__ = ["iteration_row", "log_iteration", "open_tensorboard", "rollout_stats", "runaway"]
+
+# A role "runs away" when, against its first iteration, its entropy per token at least doubles (and rises by
+# 1 nat), its reply at least doubles (and grows by 8 tokens), or its KL to the reference passes 0.5 nats per
+# token: the signatures of the diverged MMOA-RAG run (entropy 1.4 -> 3.3, replies 5 -> 20 tokens).
+ENTROPY_FACTOR, ENTROPY_RISE = 2.0, 1.0
+LENGTH_FACTOR, LENGTH_RISE = 2.0, 8.0
+KL_LIMIT = 0.5
+
+
+def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list[Sample]) -> dict[str, Any]:
+    """Training-batch statistics: answer rewards over leaves, and per role: credited reward, KL to the
+    reference (of the samples trained), response length, invalid and cut rates, action kinds (C-3PO's
+    router: its strategy ratio); and the question groups."""
+    kl_of: dict[tuple[str, int], float] = {}
+    if exp is not None:
+        for i, s in enumerate(exp.samples):
+            m = exp.mask[i]
+            kl_of[(s.episode, s.node)] = float(exp.kl[i][m].sum() / m.sum().clamp_min(1))
+    leaves = [lf for ep in episodes for lf in ep.leaves()]
+    row: dict[str, Any] = {"episodes": len(episodes), "leaves": len(leaves), "samples": len(samples)}
+    metrics = ("em", "f1", "cover_em") + (("judge",) if any("judge" in lf.rewards for lf in leaves) else ())
+    row["reward"] = {
+        m: float(np.mean([lf.rewards.get(m, 0.0) for lf in leaves])) if leaves else 0.0 for m in metrics
+    }
+    roles: dict[str, dict[str, Any]] = {}
+    for s in samples:
+        r = roles.setdefault(
+            s.role, {"n": 0, "reward": 0.0, "length": 0.0, "invalid": 0.0, "cut": 0.0, "kinds": {}}
+        )
+        r["n"] += 1
+        r["reward"] += s.reward
+        r["length"] += len(s.completion_ids)
+        r["invalid"] += s.invalid
+        r["cut"] += s.cut
+        r["kinds"][s.kind] = r["kinds"].get(s.kind, 0) + 1
+        if (s.episode, s.node) in kl_of:
+            r["kl"] = r.get("kl", 0.0) + kl_of[(s.episode, s.node)]
+            r["trained"] = r.get("trained", 0) + 1
+    for r in roles.values():
+        n = r.pop("n")
+        for key in ("reward", "length", "invalid", "cut"):
+            r[key] /= n
+        if "kl" in r:
+            r["kl"] /= r["trained"]
+        r["n"] = n
+    row["roles"] = roles
+    row["groups"] = group_stats(samples)
+    return row
+
+
+def group_stats(samples: list[Sample]) -> dict[str, Any]:
+    """How many question groups (samples of one question and role) there were, and the share whose rewards
+    differ: a group whose samples all scored alike gives a group baseline nothing to learn from."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for s in samples:
+        groups.setdefault((s.group, s.role), []).append(s.reward)
+    multi = [v for v in groups.values() if len(v) > 1]
+    informative = sum(1 for v in multi if max(v) > min(v))
+    return {"n": len(groups), "multi": len(multi), "informative": informative / len(multi) if multi else 0.0}
+
+
+def runaway(run: Run, row: dict[str, Any]) -> list[str]:
+    """Warnings for the roles whose entropy, reply length or KL ran away from the run's first iteration
+    (kept in `run.state["baseline"]`, so a resumed run compares with the same start)."""
+    base = run.state.setdefault("baseline", {})
+    out = []
+    for role, r in row.get("roles", {}).items():
+        first = base.setdefault(role, {k: r[k] for k in ("entropy", "length") if k in r})
+        ent, ent0 = r.get("entropy"), first.get("entropy")
+        if ent is not None and ent0 is not None and ent >= max(ENTROPY_FACTOR * ent0, ent0 + ENTROPY_RISE):
+            out.append(f"{role}: entropy {ent0:.2f} -> {ent:.2f} nats/token")
+        n, n0 = r.get("length"), first.get("length")
+        if n is not None and n0 is not None and n >= max(LENGTH_FACTOR * n0, n0 + LENGTH_RISE):
+            out.append(f"{role}: replies {n0:.1f} -> {n:.1f} tokens")
+        if r.get("kl", 0.0) > KL_LIMIT:
+            out.append(f"{role}: KL to the reference {r['kl']:.2f} nats/token")
+    return out
+
+
+def iteration_row(run: Run, step: Iteration) -> dict[str, Any]:
+    """The log row of one iteration: rollout statistics, PPO statistics (overall and per role), schedule."""
+    overall, per_role = step.meters.means()
+    row: dict[str, Any] = {"step": step.index + 1, "iteration": step.index + 1, "time": round(time.time(), 3)}
+    row |= rollout_stats(step.episodes, step.exp, step.samples)
+    for role, stats in per_role.items():
+        row["roles"].setdefault(role, {}).update(stats)
+    row |= {
+        "skipped": step.skipped,
+        "generated_tokens": step.generated,
+        "generated_tokens_total": run.state["generated_tokens"],
+        "kl_mean": step.kl_mean,
+        "kl_beta": run.kl.beta,
+        "logprob_drift": step.exp.drift if step.exp is not None else None,
+        "lr": step.lrs[0],
+        "critic_lr": step.lrs[1] if len(step.lrs) > 1 else None,
+        "train": overall,
+    }
+    row["warnings"] = runaway(run, row)
+    if step.eval:
+        row["eval"] = step.eval
+    return row
+
+
+def open_tensorboard(run: Run):
+    from ragteam.train.common import tensorboard_available
+
+    if not run.cfg.tensorboard or not tensorboard_available():
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(run.out / "runs"))
+
+
+def log_iteration(run: Run, row: dict[str, Any]) -> None:
+    with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+    if run.tb is not None:
+        for key, value in flatten(row, sep="/").items():
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            if numeric and key not in ("step", "iteration", "time"):
+                run.tb.add_scalar(key, value, row["step"])
+        run.tb.flush()
+    r, t = row["reward"], row.get("train", {})
+    ev = row.get("eval") or {}
+    print(
+        f"ppo it {row['iteration']}: reward f1 {r['f1']:.3f} cover_em {r['cover_em']:.3f} | "
+        f"kl {row.get('kl_mean', 0):.4f} beta {row['kl_beta']:.3f} | pg {t.get('policy_loss', 0):.4f} "
+        f"vf {t.get('value_loss', 0):.4f} clip {t.get('clip_frac', 0):.3f} | "
+        + (f"eval f1 {ev['f1']['mean']:.1f} | " if ev else "")
+        + " ".join(f"{k} {v:.0f}s" for k, v in row["seconds"].items()),
+        file=sys.stderr,
+        flush=True,
+    )
+    for warning in row.get("warnings", []):
+        print(f"ppo it {row['iteration']}: WARNING {warning}", file=sys.stderr, flush=True)

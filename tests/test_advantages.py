@@ -1,0 +1,160 @@
+"""Advantage estimators pinned to hand-computed numbers (the arithmetic is in the comments)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragteam.train.advantages import (
+    ESTIMATORS,
+    gae,
+    get_advantage,
+    group_center,
+    normalize,
+    register_advantage,
+)
+from ragteam.train.experience import Sample, group_ids
+
+
+def t(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def close(actual: torch.Tensor, expected, atol: float = 1e-4) -> None:
+    torch.testing.assert_close(actual.double(), t(expected), atol=atol, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ GAE
+
+# One row, 5 positions, position 2 is an observation token (masked): its reward 9 and value 7 are ignored.
+REWARDS = [[0.0, 0.0, 9.0, 0.0, 1.0]]
+VALUES = [[0.5, 0.6, 7.0, 0.7, 0.8]]
+MASK = [[1, 1, 0, 1, 1]]
+
+
+def test_gae_gamma1_lam095_skips_masked_token():
+    adv, ret = gae(t(REWARDS), t(MASK), t(VALUES), gamma=1.0, lam=0.95)
+    # t4: delta = 1 + 1*0     - 0.8 = 0.2 ; A = 0.2
+    # t3: delta = 0 + 1*0.8   - 0.7 = 0.1 ; A = 0.1 + 0.95*0.2    = 0.29
+    # t2: masked                          ; A = 0   (chain goes on from t3 to t1)
+    # t1: delta = 0 + 1*0.7   - 0.6 = 0.1 ; A = 0.1 + 0.95*0.29   = 0.3755   (next value is t3's 0.7, not 7)
+    # t0: delta = 0 + 1*0.6   - 0.5 = 0.1 ; A = 0.1 + 0.95*0.3755 = 0.456725
+    close(adv, [[0.456725, 0.3755, 0.0, 0.29, 0.2]])
+    close(ret, [[0.956725, 0.9755, 0.0, 0.99, 1.0]])  # A + V, 0 where masked
+
+
+def test_gae_gamma09_lam1_is_discounted_return_minus_value():
+    adv, ret = gae(t(REWARDS), t(MASK), t(VALUES), gamma=0.9, lam=1.0)
+    # t4: delta = 1 + 0          - 0.8 = 0.2  ; A = 0.2
+    # t3: delta = 0 + 0.9*0.8    - 0.7 = 0.02 ; A = 0.02 + 0.9*0.2  = 0.2
+    # t1: delta = 0 + 0.9*0.7    - 0.6 = 0.03 ; A = 0.03 + 0.9*0.2  = 0.21
+    # t0: delta = 0 + 0.9*0.6    - 0.5 = 0.04 ; A = 0.04 + 0.9*0.21 = 0.229
+    close(adv, [[0.229, 0.21, 0.0, 0.2, 0.2]])
+    # lam = 1: returns are the discounted reward-to-go over valid tokens: 0.9^3, 0.9^2, -, 0.9, 1
+    close(ret, [[0.729, 0.81, 0.0, 0.9, 1.0]])
+
+
+def test_gae_batch_rows_are_independent_and_hole_equals_compacted_row():
+    rewards = t([REWARDS[0], [0.0, 1.0, 5.0, 5.0, 5.0]])
+    values = t([VALUES[0], [0.5, 0.5, 3.0, 3.0, 3.0]])
+    mask = t([MASK[0], [1, 1, 0, 0, 0]])  # row 1: right padding
+    adv, ret = gae(rewards, mask, values, gamma=1.0, lam=0.95)
+    # row 1: t1: delta = 1 - 0.5 = 0.5, A = 0.5 ; t0: delta = 0 + 0.5 - 0.5 = 0, A = 0.95*0.5 = 0.475
+    close(adv[1], [0.475, 0.5, 0.0, 0.0, 0.0])
+    close(ret[1], [0.975, 1.0, 0.0, 0.0, 0.0])
+    close(adv[0], [0.456725, 0.3755, 0.0, 0.29, 0.2])
+    # dropping the observation token altogether gives the same advantages on the valid tokens
+    keep = [0, 1, 3, 4]
+    adv_c, _ = gae(rewards[:1, keep], torch.ones(1, 4), values[:1, keep], gamma=1.0, lam=0.95)
+    close(adv_c[0], adv[0, keep].tolist())
+
+
+def test_gae_has_no_gradient_and_is_registered_with_a_critic():
+    v = t(VALUES).requires_grad_()
+    adv, ret = gae(t(REWARDS), t(MASK), v)
+    assert not adv.requires_grad and not ret.requires_grad
+    assert get_advantage("gae").fn is gae and get_advantage("gae").critic
+    assert not any(ESTIMATORS[n].critic for n in ("grpo", "drgrpo", "rloo", "reinforce_pp", "tree"))
+    with pytest.raises(ValueError, match="needs a critic"):
+        gae(t(REWARDS), t(MASK), None)
+
+
+# ------------------------------------------------------------------------------------------ group baselines
+
+# Five one-token acts: a group of three (index 0) that scored 1, 0, 0 and a group of two (index 1) that tied.
+SCORES = [[1.0], [0.0], [0.0], [0.5], [0.5]]
+ONES = [[1]] * 5
+INDEX = torch.tensor([0, 0, 0, 1, 1])
+
+
+def test_grpo_divides_by_the_unbiased_group_std_and_ties_give_zero():
+    adv, ret = get_advantage("grpo").fn(t(SCORES), t(ONES), None, INDEX)
+    # group 0: mean 1/3, deviations 2/3, -1/3, -1/3; var = (4/9 + 1/9 + 1/9) / 2 = 1/3; std = 0.57735
+    close(adv, [[1.1547], [-0.57735], [-0.57735], [0.0], [0.0]])
+    close(ret, adv.tolist())
+
+
+def test_drgrpo_keeps_the_scale_and_rloo_leaves_itself_out():
+    adv, _ = get_advantage("drgrpo").fn(t(SCORES), t(ONES), None, INDEX)
+    close(adv, [[2 / 3], [-1 / 3], [-1 / 3], [0.0], [0.0]])
+    adv, _ = get_advantage("rloo").fn(t(SCORES), t(ONES), None, INDEX)
+    # 1 - mean(0, 0) = 1 ; 0 - mean(1, 0) = -0.5 (twice) ; 0.5 - 0.5 = 0
+    close(adv, [[1.0], [-0.5], [-0.5], [0.0], [0.0]])
+
+
+def test_a_group_of_one_teaches_nothing_and_the_score_is_the_row_sum():
+    # row 0 pays 0.1 of KL at its first token and earns 1 at its last: score 0.9; row 2 is alone
+    rewards, mask = t([[-0.1, 1.0], [0.0, 0.0], [0.0, 5.0]]), t([[1, 1], [1, 0], [1, 1]])
+    adv, _ = get_advantage("drgrpo").fn(rewards, mask, None, torch.tensor([0, 0, 1]))
+    close(adv, [[0.45, 0.45], [-0.45, 0.0], [0.0, 0.0]])  # 0.9 vs 0: mean 0.45; masked stays 0
+    close(group_center(t([3.0, 1.0]), torch.tensor([-1, -1])), [0.0, 0.0])  # negative ids: no group
+
+
+def test_reinforce_pp_whitens_the_return_to_go_over_the_batch():
+    adv, ret = get_advantage("reinforce_pp").fn(t([[0.0, 1.0], [0.0, 0.0]]), t([[1, 1], [1, 1]]), None, None)
+    close(ret, [[1.0, 1.0], [0.0, 0.0]])  # gamma 1: every token's return-to-go
+    close(adv, [[1.0, 1.0], [-1.0, -1.0]])  # mean 0.5, population std 0.5
+
+
+def test_tree_adds_the_sibling_term_to_the_group_term():
+    # one question, one role; acts 0 and 1 are the two branches of a fork, acts 2 and 3 of another
+    scores = t([[1.0], [0.0], [1.0], [1.0]])
+    adv, _ = get_advantage("tree").fn(
+        scores, t([[1]] * 4), None, torch.tensor([0, 0, 0, 0]), siblings=torch.tensor([0, 0, 1, 1])
+    )
+    # group: mean 0.75, var (0.0625 + 0.5625 + 0.0625 + 0.0625) / 3 = 0.25, std 0.5 -> 0.5, -1.5, 0.5, 0.5
+    # fork 0: 1 vs 0, mean 0.5, std sqrt(0.5) -> +-0.7071 ; fork 1 tied -> 0
+    close(adv, [[1.2071], [-2.2071], [0.5], [0.5]])
+
+
+def test_per_role_normalisation_puts_every_role_on_one_scale():
+    adv, mask, roles = t([[1.0], [3.0], [10.0], [20.0]]), t([[1]] * 4), torch.tensor([0, 0, 1, 1])
+    close(normalize(adv, mask, roles, "role"), [[-1.0], [1.0], [-1.0], [1.0]])
+    glob = normalize(adv, mask, roles, "global")  # one scale: role 0's two acts both look bad
+    assert float(glob[0, 0]) < 0 and float(glob[1, 0]) < 0
+    close(normalize(adv, mask, roles, "none"), adv.tolist())
+
+
+def test_group_ids_name_the_question_groups_and_the_forks():
+    def sample(episode: str, group: str, role: str, parent: int | None) -> Sample:
+        return Sample(episode, 0, role, [1], [2], 0.0, group=group, parent=parent)
+
+    samples = [
+        sample("q#0", "q", "selector", None),
+        sample("q#1", "q", "selector", None),
+        sample("q#0", "q", "generator", 3),
+        sample("r", "r", "router", None),  # a fork of three at the root of one episode
+        sample("r", "r", "router", None),
+        sample("r", "r", "router", None),
+    ]
+    index, siblings, roles = group_ids(samples)
+    assert index.tolist() == [0, 0, 1, 2, 2, 2]
+    assert siblings.tolist() == [-1, -1, -1, 3, 3, 3]  # one episode's children of one parent
+    assert roles.tolist() == [0, 0, 1, 2, 2, 2]
+
+
+def test_registry_errors():
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'nope'; known: .*grpo"):
+        get_advantage("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        register_advantage("gae")(gae)
