@@ -1,17 +1,25 @@
-"""Benchmark: PPO update tokens/s and peak memory, ours (`ragteam.train.ppo.update`) against TRL 1.12's PPO.
+"""Benchmark: update tokens/s and peak memory, ours against TRL: PPO (`ragteam.train.ppo.update`, separate or
+shared critic) against TRL 1.12's PPO, and critic-free GRPO (`--ppo.advantage grpo`) against TRL's GRPOTrainer.
 
-TRL dropped its PPO trainer after 1.12 (`trl.experimental.ppo.PPOTrainer` there), so the TRL side runs in a
+TRL dropped its PPO trainer after 1.12 (`trl.experimental.ppo.PPOTrainer` there), so the TRL PPO side runs in a
 separate virtual environment, `.venv-trl112/` at the repository root, created on first use (about a minute:
 torch==2.13.0 from the local CPU wheel first, then trl==1.12.0 with torch pinned by a constraint, so pip
-never swaps torch for a multi-GB CUDA build). Each side runs in a fresh process of its own, so its peak
-memory is its own: `--side ours` with this interpreter, `--side trl` with the TRL environment's.
+never swaps torch for a multi-GB CUDA build). The TRL GRPO side runs the TRL installed with ragteam (this
+interpreter's). Each side runs in a fresh process of its own, so its peak memory is its own: `--side ours`
+with this interpreter, `--side trl` with the TRL 1.12 environment's.
 
-Both sides train on the same batch: --samples synthetic acts (seeded: prompt lengths uniform in
+Sides (--sides, default all five): ours, ours-shared, trl (PPO with a critic); ours-grpo, trl-grpo (GRPO).
+
+The PPO sides train on the same batch: --samples synthetic acts (seeded: prompt lengths uniform in
 --prompt-tokens, completion lengths uniform in --completion-tokens, random token ids, a random reward in
 [0, 1]), built from --seed on each side and checked equal by a fingerprint. Same model (policy, a critic
 initialised from the policy's weights, a frozen reference copy), float32, no gradient checkpointing, AdamW,
 --epochs passes of shuffled minibatches of --minibatch samples, one optimizer step per minibatch (the table
-shows the steps counted on each side's optimizer).
+shows the steps counted on each side's optimizer). The GRPO sides train on a batch of the same size and
+lengths made in groups, as a GRPO batch is: --samples / --group-size prompts, each with --group-size
+completions (own lengths, ids and rewards) that share its prompt ids (a fingerprint of its own, checked equal
+across the two GRPO sides). GRPO holds no critic and, with beta 0 (no KL term), no reference model: the policy
+alone.
 
 Timed on each side is one update, the median of --repeats after --warmup untimed ones (the first pays the
 optimizer's state allocation); the advantage pass that precedes it is not timed:
@@ -25,6 +33,14 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
         its token-budgeted minibatch split (`minibatches(..., minibatch_tokens, generator)`) is replaced
         by fixed --minibatch-sample chunks of the same seeded shuffle, so both sides take the same steps.
         `exp` comes from `ppo.advantages(run, samples)` (old/reference log-probs, values, GAE).
+  ours-grpo  the same `ppo.update`, on a run built as `--ppo.advantage grpo --ppo.normalize none
+        --ppo.kl-beta 0` builds it: `ActorCritic.from_policy(policy, critic=False)` (no value head, no
+        critic trunk, no value loss), AdamW over the policy alone; `exp` from `ppo.advantages`, whose
+        estimator reads the samples' question groups (`Sample.group`, via `experience.group_ids`): (reward
+        - group mean) / group std, the same for every token of a completion, not whitened again (TRL does
+        not). With beta 0 the reference log-probs are the policy's own (the run's `ref` is the policy: KL 0,
+        no second copy in memory, as TRL holds none at beta 0); `ragteam train ppo` itself still loads a
+        frozen reference copy at kl_beta 0, one model's weights more than measured here.
   trl   the update part of `PPOTrainer.train()` of trl 1.12.0, copied statement for statement (below, with
         the source's variable names) and run on the trainer's own objects: `PolicyAndValueWrapper`
         (policy + `AutoModelForSequenceClassification` value model) prepared by its `Accelerator`, its
@@ -36,8 +52,28 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
         as `train()` builds them: queries left-padded to the batch's longest prompt (its collator), responses
         right-padded to the longest completion; old log-probs, reference log-probs, values, rewards and
         GAE from `train()`'s no-grad code, with one forward of the policy in place of `generate()`'s scores.
+  trl-grpo  `trl.GRPOTrainer` (the installed trl, 1.16 when written) driven through its own training code,
+        without generation: the trainer is built as usual (policy instance, tokenizer, a reward function
+        that is never called, beta 0, so no reference model), and `Trainer._prepare_for_training` prepares
+        model, optimizer (Trainer default: fused AdamW) and scheduler as `train()` does. Its
+        `_generate_and_score_completions` is replaced by one that returns the dict the original returns
+        after generating, built before timing with the original's code: prompts left-padded and
+        completions right-padded (`trl.trainer.utils.pad`), masks, `num_items_in_batch`, the old per-token
+        log-probs from its `_get_per_token_logps_and_entropies` (only where the original computes them:
+        when a generation batch spans several optimizer steps), and its group advantages ((reward - group
+        mean) / (group std + 1e-4), `scale_rewards="group"`). Timed, per update: the inner loop of
+        `Trainer._run_epoch` over one generation batch x num_iterations (= --epochs): `training_step`
+        (which runs `_prepare_inputs`: shuffle, split into --micro-batch chunks, buffering; then
+        `compute_loss` -> `_compute_loss`: the policy forward with TRL's fused, chunked LM head giving
+        per-token log-probs and entropies without the full logits tensor (off CUDA/XPU it projects every
+        position of the padded rows, prompts included, onto the vocabulary: its label-only scoring is for
+        Triton devices), the clipped loss of its default loss_type (dapo), `accelerator.backward`),
+        and on every --minibatch / --micro-batch micro-batches `_clip_grad_norm`, `optimizer.step`,
+        `lr_scheduler.step`, `zero_grad`. GRPOConfig: per_device_train_batch_size=--micro-batch,
+        gradient_accumulation_steps=minibatch/micro, steps_per_generation=samples/micro (generation batch =
+        --samples), num_generations=--group-size, num_iterations=--epochs, beta=0, bf16=False, constant LR.
 
-TRL configuration: per_device_train_batch_size=--micro-batch, gradient_accumulation_steps=samples/micro,
+TRL 1.12 PPO configuration: per_device_train_batch_size=--micro-batch, gradient_accumulation_steps=samples/micro,
 num_mini_batches=samples/minibatch (rollout batch = --samples), bf16=False (its default bf16=True would not
 reach its own Accelerator anyway), temperature 1.0 as ours. Two adjustments, both so that it does the same
 work as ours: (1) trl 1.12 leaves its Accelerator accumulating over gradient_accumulation_steps
@@ -53,13 +89,17 @@ median seconds; "computed" is what the forward passes run on (TRL: padded rows).
 resident peak over its whole life (loading, advantage pass, updates: ru_maxrss); "update peak" is its
 resident high-water mark over the updates alone (reset through /proc/self/clear_refs just before them; the
 models, the batch and the rest already resident count, the advantage pass's transients do not). Target: ours
->= 1.5x TRL's tokens/s.
+>= 1.5x TRL's tokens/s (ours / trl for PPO, ours-grpo / trl-grpo for GRPO: each pair side by side in one run).
 
     # smoke: ~15 s (+ ~1 minute the first time, to create .venv-trl112/)
     .venv/bin/python bench/ppo.py --model tiny --samples 8 --prompt-tokens 50 90 --completion-tokens 8 16 --micro-tokens 256
-    # SmolLM2, small: ~10 minutes on 2 busy cores (~80 s per update and side, 11-12 GB peak)
-    .venv/bin/python bench/ppo.py --samples 4 --minibatch 2 --repeats 2
-    # SmolLM2, the default batch (16 samples, minibatches of 4): about four times as long per update
+    # smoke, GRPO sides only (no TRL 1.12 environment needed): seconds
+    .venv/bin/python bench/ppo.py --model tiny --sides ours-grpo trl-grpo --samples 4 --group-size 2 --minibatch 2 --micro-batch 1 --prompt-tokens 20 30 --completion-tokens 4 8 --micro-tokens 128 --repeats 1 --warmup 0
+    # SmolLM2, PPO sides, small: ~10 minutes on 2 busy cores (~80 s per update and side, 11-12 GB peak)
+    .venv/bin/python bench/ppo.py --sides ours ours-shared trl --samples 4 --minibatch 2 --repeats 2
+    # SmolLM2, GRPO sides: 8 samples = 2 prompts x 4 completions, minibatches of 4 (2 optimizer steps)
+    .venv/bin/python bench/ppo.py --sides ours-grpo trl-grpo --samples 8 --minibatch 4 --repeats 1 --warmup 1
+    # SmolLM2, the default batch (16 samples = 4 prompts x 4 completions for GRPO, minibatches of 4), all sides
     .venv/bin/python bench/ppo.py --json ppo-bench.json
 """
 
@@ -84,27 +124,53 @@ TRL_VERSION = "1.12.0"
 TORCH_VERSION = "2.13.0"
 DEFAULT_VENV = ROOT / ".venv-trl112"
 LOWEST_ID = 100  # random token ids start here: above every special token (pad, eos, chat markers)
-SIDES = ("ours", "ours-shared", "trl")
+SIDES = ("ours", "ours-shared", "trl", "ours-grpo", "trl-grpo")
+GRPO_SIDES = ("ours-grpo", "trl-grpo")
+PAIRS = (("ours", "trl"), ("ours-shared", "trl"), ("ours-grpo", "trl-grpo"))  # compared, first / second
 
 
 # ---- the shared batch (standard library only: both environments build it) -------------------------------
 
 
-def make_samples(args: argparse.Namespace, vocab_size: int) -> list[dict]:
-    """--samples acts: random prompt and completion ids of seeded lengths, and a reward in [0, 1]."""
+def make_samples(args: argparse.Namespace, vocab_size: int, group_size: int = 1) -> list[dict]:
+    """--samples acts: random prompt and completion ids of seeded lengths, and a reward in [0, 1].
+
+    group_size > 1 (the GRPO sides): --samples / group_size groups, consecutive, each of group_size acts that
+    share one prompt (its ids drawn once) and differ in completion ids, lengths and rewards; each act's
+    "group" is its group's number. group_size 1 draws the PPO batch (every act its own prompt) unchanged."""
     rng = random.Random(args.seed)
     out = []
-    for _ in range(args.samples):
+    if group_size == 1:
+        for _ in range(args.samples):
+            p = rng.randint(*args.prompt_tokens)
+            c = rng.randint(*args.completion_tokens)
+            out.append(
+                {
+                    "prompt": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(p)],
+                    "completion": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(c)],
+                    "reward": rng.random(),
+                }
+            )
+        return out
+    for g in range(args.samples // group_size):
         p = rng.randint(*args.prompt_tokens)
-        c = rng.randint(*args.completion_tokens)
-        out.append(
-            {
-                "prompt": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(p)],
-                "completion": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(c)],
-                "reward": rng.random(),
-            }
-        )
+        prompt = [rng.randrange(LOWEST_ID, vocab_size) for _ in range(p)]
+        for _ in range(group_size):
+            c = rng.randint(*args.completion_tokens)
+            out.append(
+                {
+                    "prompt": prompt,
+                    "completion": [rng.randrange(LOWEST_ID, vocab_size) for _ in range(c)],
+                    "reward": rng.random(),
+                    "group": g,
+                }
+            )
     return out
+
+
+def group_size_of(side: str, args: argparse.Namespace) -> int:
+    """The batch a side trains on: grouped (--group-size) for the GRPO sides, one act per prompt otherwise."""
+    return args.group_size if side in GRPO_SIDES else 1
 
 
 def fingerprint(samples: list[dict]) -> str:
@@ -199,6 +265,7 @@ def side_ours(args: argparse.Namespace) -> dict:
 
     from ragteam.train import ppo
     from ragteam.train.actor_critic import ActorCritic
+    from ragteam.train.distributed import SINGLE
     from ragteam.train.experience import Sample
     from ragteam.train.losses import KLController
     from ragteam.train.ppo_config import PPOOptions
@@ -207,25 +274,33 @@ def side_ours(args: argparse.Namespace) -> dict:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    raw = make_samples(args, vocab_size(args.model_path))
+    grpo = args.side == "ours-grpo"
+    raw = make_samples(args, vocab_size(args.model_path), group_size_of(args.side, args))
     longest = max(len(s["prompt"]) + len(s["completion"]) for s in raw)
     if longest > args.micro_tokens:
         raise SystemExit(f"--micro-tokens {args.micro_tokens} < the longest sample ({longest} tokens)")
 
-    # As `ppo.build` does, less what the update does not read (engine, workflow, data, output folder).
+    # As `ppo_run.build` does, less what the update does not read (engine, workflow, data, output folder).
     policy = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
-    ref = (
-        AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
-        .eval()
-        .requires_grad_(False)
-    )
-    ac = ActorCritic.from_policy(policy, shared=args.side == "ours-shared")
+    if grpo:  # beta 0, as TRL's GRPO side: no reference copy (the policy scores the KL term's ref: KL 0)
+        ref = policy
+    else:
+        ref = (
+            AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
+            .eval()
+            .requires_grad_(False)
+        )
+    # critic-free for GRPO: no value head, no critic trunk, no value pass or loss (as `ppo_run.build` for an
+    # estimator registered without a critic)
+    ac = ActorCritic.from_policy(policy, shared=args.side == "ours-shared", critic=not grpo)
     ac.eval()
+    critic_free = {"advantage": "grpo", "normalize": "none", "kl_beta": 0.0} if grpo else {}
     opts = PPOOptions(
         epochs=args.epochs,
         minibatch_tokens=args.minibatch * longest,  # unused: the split is by sample count (see below)
         micro_tokens=args.micro_tokens,
         max_sample_tokens=max(32, longest),
+        **critic_free,
     )
     optimizer = build_optimizer(ac, opts, torch.device("cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
@@ -237,14 +312,25 @@ def side_ours(args: argparse.Namespace) -> dict:
         optimizer=optimizer,
         scheduler=scheduler,
         kl=KLController(beta=opts.kl_beta),
+        dist=SINGLE,  # one process
+        model=ac,  # what the update runs through (unwrapped: no DDP / FSDP)
     )
+    # GRPO: one question group per shared prompt (`experience.group_ids` reads `group`); PPO: all in one
     samples = [
-        Sample(f"bench-{i}", 0, "generator", s["prompt"], s["completion"], s["reward"])
+        Sample(
+            f"bench-{i}",
+            0,
+            "generator",
+            s["prompt"],
+            s["completion"],
+            s["reward"],
+            group=f"q{s.get('group', 0)}",
+        )
         for i, s in enumerate(raw)
     ]
 
     # The same number of optimizer steps as TRL: minibatches of --minibatch samples of the seeded shuffle
-    # (`update` passes a generator for the minibatch split; micro-batch splits pass none and are untouched).
+    # (`update` calls `minibatches` with its seeded generator; its micro-batch split is `micro_batches`).
     token_split = ppo.minibatches
 
     def sample_split(items, max_tokens, generator=None):
@@ -257,7 +343,11 @@ def side_ours(args: argparse.Namespace) -> dict:
 
     t0 = time.perf_counter()
     exp = ppo.advantages(run, samples)
-    print(f"  ours: advantage pass {time.perf_counter() - t0:.2f} s (not timed)", file=sys.stderr, flush=True)
+    print(
+        f"  {args.side}: advantage pass {time.perf_counter() - t0:.2f} s (not timed)",
+        file=sys.stderr,
+        flush=True,
+    )
     steps = [0]
     optimizer.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
 
@@ -272,6 +362,10 @@ def side_ours(args: argparse.Namespace) -> dict:
         "optimizer": "AdamW (" + ("fused" if optimizer.defaults.get("fused") else "foreach") + ")",
         "attention": policy.config._attn_implementation,
     }
+    if grpo:
+        extra["advantage"] = (
+            f"{opts.advantage} (normalize {opts.normalize}, kl_beta {opts.kl_beta}, critic none)"
+        )
     return result(args.side, raw, args, measured, per_update, computed, extra)
 
 
@@ -536,6 +630,187 @@ def side_trl(bench: argparse.Namespace) -> dict:
     return result("trl", raw, bench, measured, per_update, computed, extra)
 
 
+# ---- TRL's GRPOTrainer (the installed trl) ------------------------------------------------------------------
+
+
+def side_trl_grpo(bench: argparse.Namespace) -> dict:
+    """GRPOTrainer's own training step on pre-generated completions (see the module docstring, trl-grpo)."""
+    import contextlib
+    import functools
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="trl")
+    import torch
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.utils import nanstd, pad
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(bench.threads)
+    torch.manual_seed(bench.seed)
+    g = bench.group_size
+    raw = make_samples(bench, vocab_size(bench.model_path), g)
+    n, m, micro = bench.samples, bench.minibatch, bench.micro_batch
+
+    tokenizer = AutoTokenizer.from_pretrained(bench.model_path, padding_side="left")
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= LOWEST_ID:
+        raise SystemExit(f"pad token id {tokenizer.pad_token_id}: not below {LOWEST_ID}, as the bench needs")
+    policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
+
+    def never_called(prompts, completions, **_):  # rewards come from the synthetic batch
+        raise RuntimeError("bench: the reward function is not called (no generation)")
+
+    # one row per prompt, as GRPO's dataset is; its sampler repeats each num_generations times (not used here:
+    # the generation batch is the synthetic one)
+    dataset = Dataset.from_dict({"prompt": [f"bench prompt {k}" for k in range(n // g)]})
+    steps_per_update = bench.epochs * n // m
+    with tempfile.TemporaryDirectory(prefix="bench-grpo-trl-") as tmp:
+        config = GRPOConfig(
+            output_dir=tmp,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=m // micro,  # one optimizer step per --minibatch samples
+            steps_per_generation=n // micro,  # generation batch = --samples
+            num_generations=g,
+            num_iterations=bench.epochs,  # passes over each generation batch
+            max_completion_length=bench.completion_tokens[1],
+            temperature=1.0,
+            beta=0.0,  # no KL term, no reference model
+            learning_rate=1e-6,  # ours' lr (PPOOptions.lr); TRL's default too
+            lr_scheduler_type="constant",  # ours: a constant LambdaLR
+            max_steps=steps_per_update * (bench.warmup + bench.repeats),
+            bf16=False,
+            use_cpu=True,
+            seed=bench.seed,
+            report_to="none",
+            disable_tqdm=True,
+            save_strategy="no",
+            logging_strategy="no",
+        )
+        trainer = GRPOTrainer(
+            model=policy,
+            reward_funcs=never_called,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
+    torch.set_num_threads(bench.threads)  # whatever the trainer's setup did
+    if trainer.ref_model is not None:
+        raise SystemExit("trl-grpo: the trainer holds a reference model at beta 0; the bench assumes none")
+    # What `Trainer.train()` does before its loop: the optimizer, `accelerator.prepare`, the scheduler.
+    model, _ = trainer._prepare_for_training(config.max_steps, None, None)
+    args, accelerator = trainer.args, trainer.accelerator
+    device = accelerator.device
+    steps = [0]
+    inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # AcceleratedOptimizer wraps it
+    inner.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
+
+    # ---- the dict `_generate_and_score_completions` returns, built with its code (not timed) --------------
+    t0 = time.perf_counter()
+    model.train()  # as when `training_step` calls `_prepare_inputs`
+    prompt_ids = [torch.tensor(s["prompt"]) for s in raw]
+    prompt_mask = [torch.ones_like(ids, dtype=torch.long) for ids in prompt_ids]
+    pad_id, multiple = trainer._tokenizer.pad_token_id, trainer.pad_to_multiple_of
+    prompt_ids = pad(prompt_ids, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple)
+    prompt_mask = pad(prompt_mask, padding_value=0, padding_side="left", pad_to_multiple_of=multiple)
+    completion_ids = [torch.tensor(s["completion"]) for s in raw]
+    completion_mask = [torch.ones_like(ids, dtype=torch.long) for ids in completion_ids]
+    completion_ids = pad(
+        completion_ids, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple
+    )
+    completion_mask = pad(completion_mask, padding_value=0, padding_side="right", pad_to_multiple_of=multiple)
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+    completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
+    num_items_in_batch = accelerator.gather(completion_mask.sum()).sum()
+    prompt_completion_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    logits_to_keep = completion_ids.size(1)
+    generate_every = args.steps_per_generation * trainer.num_iterations
+    with torch.no_grad():
+        # the original's condition: a generation batch that spans optimizer steps needs the old log-probs
+        if args.gradient_accumulation_steps % generate_every != 0:
+            old_per_token_logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model,
+                prompt_completion_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=args.per_device_train_batch_size,
+            )
+        else:
+            old_per_token_logps = None
+    # one reward function of weight 1, multi_objective_aggregation="sum_then_normalize", scale_rewards="group"
+    rewards = torch.tensor([s["reward"] for s in raw], dtype=torch.float32, device=device)
+    if trainer.scale_rewards != "group" or trainer.multi_objective_aggregation != "sum_then_normalize":
+        raise SystemExit(f"trl-grpo: scale_rewards={trainer.scale_rewards!r}: the bench mirrors 'group' only")
+    mean_grouped = torch.nanmean(rewards.view(-1, g), dim=1).repeat_interleave(g, dim=0)
+    std_grouped = nanstd(rewards.view(-1, g), dim=1).repeat_interleave(g, dim=0)
+    advantages = (rewards - mean_grouped) / (std_grouped + 1e-4)
+    generated = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": advantages,
+        "num_items_in_batch": num_items_in_batch,
+    }
+    if old_per_token_logps is not None:
+        generated["old_per_token_logps"] = old_per_token_logps
+    # The trainer's `_prepare_inputs` calls this at the start of every generation batch, then shuffles the
+    # result, splits it into steps_per_generation micro-batches and buffers them, as after a real generation.
+    trainer._generate_and_score_completions = lambda inputs: dict(generated)
+    generation_batch = [{"prompt": f"bench prompt {i // g}"} for i in range(n)]  # what the dataloader yields
+    print(
+        f"  trl-grpo: advantage pass {time.perf_counter() - t0:.2f} s (not timed)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    accum = args.gradient_accumulation_steps
+    micro_steps = args.steps_per_generation * trainer.num_iterations  # one generation batch, all its passes
+    trainer.current_gradient_accumulation_steps = accum
+    model.zero_grad()
+
+    def update(_: int) -> None:
+        # ---- transformers' `Trainer._run_epoch` inner loop, for one generation batch x num_iterations
+        for step in range(micro_steps):
+            last = (step + 1) % accum == 0  # do_sync_step: the last micro-batch of an optimizer step
+            accelerator.gradient_state._set_sync_gradients(last)
+            sync = contextlib.nullcontext if last else functools.partial(accelerator.no_sync, model=model)
+            with sync():
+                trainer.training_step(model, generation_batch, None)
+            if last:
+                if args.max_grad_norm > 0:
+                    trainer._clip_grad_norm(model)
+                trainer.optimizer.step()
+                if not accelerator.optimizer_step_was_skipped:
+                    trainer.lr_scheduler.step()
+                model.zero_grad()
+
+    measured = time_updates("trl-grpo", update, bench)
+    per_update = steps[0] // (bench.warmup + bench.repeats)
+    computed = prompt_completion_ids.numel()
+    impl = (
+        "fused" if inner.defaults.get("fused") else "foreach" if inner.defaults.get("foreach") else "default"
+    )
+    extra = {
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={getattr(args.optim, 'value', args.optim)})",
+        "attention": policy.config._attn_implementation,
+        "mixed_precision": accelerator.mixed_precision,
+        "padded_width": int(prompt_completion_ids.shape[1]),
+        "advantage": f"GRPOTrainer group advantages (scale_rewards {trainer.scale_rewards}, beta {trainer.beta})",
+        "loss_type": trainer.loss_type,
+        "old_logps": "computed"
+        if old_per_token_logps is not None
+        else "per_token_logps.detach() (TRL's shortcut)",
+    }
+    return result("trl-grpo", raw, bench, measured, per_update, computed, extra)
+
+
 # ---- the parent: environment, children, table -------------------------------------------------------------
 
 
@@ -598,7 +873,7 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     out += ["--completion-tokens", *map(str, args.completion_tokens)]
     out += ["--micro-batch", str(args.micro_batch), "--micro-tokens", str(args.micro_tokens)]
     out += ["--epochs", str(args.epochs), "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
-    out += ["--threads", str(args.threads)]
+    out += ["--threads", str(args.threads), "--group-size", str(args.group_size)]
     return out
 
 
@@ -607,16 +882,28 @@ def _mb(x: float | None) -> str:
 
 
 def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) -> None:
-    first = results[0]
+    by = {r["side"]: r for r in results}
+    ppo = next((r for r in results if r["side"] not in GRPO_SIDES), None)
+    grpo = next((r for r in results if r["side"] in GRPO_SIDES), None)
+    batches = []
+    if ppo is not None:
+        batches.append(
+            f"PPO batch (ours, ours-shared, trl): one prompt per act, fingerprint {ppo['fingerprint']}, "
+            f"{ppo['tokens_per_update']} tokens per update"
+        )
+    if grpo is not None:
+        batches.append(
+            f"GRPO batch (ours-grpo, trl-grpo): {args.samples // args.group_size} prompts x {args.group_size} "
+            f"completions, fingerprint {grpo['fingerprint']}, {grpo['tokens_per_update']} tokens per update"
+        )
     print(
-        f"\nPPO update on {args.model} ({args.model_path}), CPU, {args.threads} thread(s), "
+        f"\nPolicy update on {args.model} ({args.model_path}), CPU, {args.threads} thread(s), "
         f"{platform.machine()} ({os.cpu_count()} CPUs)\n"
         f"batch: {args.samples} samples (prompts {args.prompt_tokens[0]}-{args.prompt_tokens[1]}, completions "
-        f"{args.completion_tokens[0]}-{args.completion_tokens[1]} tokens, seed {args.seed}, fingerprint "
-        f"{first['fingerprint']}), {first['tokens_per_update']} tokens x {args.epochs} epoch(s); minibatches of "
-        f"{args.minibatch} samples; micro-batches: ours <= {args.micro_tokens} packed tokens, TRL "
-        f"{args.micro_batch} padded samples; median of {args.repeats} update(s) after {args.warmup} warm-up, "
-        f"best of {args.rounds} round(s)\n"
+        f"{args.completion_tokens[0]}-{args.completion_tokens[1]} tokens, seed {args.seed}) x {args.epochs} "
+        f"epoch(s); minibatches of {args.minibatch} samples; micro-batches: ours <= {args.micro_tokens} packed "
+        f"tokens, TRL {args.micro_batch} padded samples; median of {args.repeats} update(s) after {args.warmup} "
+        f"warm-up, best of {args.rounds} round(s)\n" + "".join(f"{b}\n" for b in batches)
     )
     head = f"{'side':<11} {'s/update':>9} {'tokens/update':>14} {'computed/update':>16} {'tokens/s':>9}"
     print(f"{head} {'steps':>6} {'peak RSS MB':>12} {'update peak MB':>15}")
@@ -630,16 +917,20 @@ def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) 
         versions = f"torch {r['torch']}, transformers {r['transformers']}" + (
             f", trl {r['trl']}" if "trl" in r else ""
         )
-        print(f"{r['side']}: updates {times} s; {versions}; {r['optimizer']}; attention {r['attention']}")
-    by = {r["side"]: r for r in results}
+        line = f"{r['side']}: updates {times} s; {versions}; {r['optimizer']}; attention {r['attention']}"
+        if "advantage" in r:
+            line += f"; {r['advantage']}"
+        if "loss_type" in r:
+            line += f"; loss_type {r['loss_type']}, old log-probs {r['old_logps']}"
+        print(line)
     if venv_s is not None:
         print(f"TRL environment created in {venv_s:.0f} s")
-    for name in ("ours", "ours-shared"):
-        if name in by and "trl" in by:
-            compare(name, by[name], by["trl"])
+    for ours, theirs in PAIRS:
+        if ours in by and theirs in by:
+            compare(ours, by[ours], theirs, by[theirs])
 
 
-def compare(name: str, ours: dict, trl: dict) -> None:
+def compare(name: str, ours: dict, other: str, trl: dict) -> None:
     problems = []
     if ours["fingerprint"] != trl["fingerprint"]:
         problems.append(f"different batches ({ours['fingerprint']} vs {trl['fingerprint']})")
@@ -650,9 +941,9 @@ def compare(name: str, ours: dict, trl: dict) -> None:
     memory = f"peak RSS {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x"
     if ours["update_peak_mb"] and trl["update_peak_mb"]:
         memory += f", update peak {ours['update_peak_mb'] / trl['update_peak_mb']:.2f}x"
-    print(f"{name} / TRL: {ratio:.2f}x tokens/s ({verdict}); {memory}")
+    print(f"{name} / {other}: {ratio:.2f}x tokens/s ({verdict}); {memory}")
     for p in problems:
-        print(f"WARNING: {name}: {p}: the comparison is not like for like")
+        print(f"WARNING: {name} / {other}: {p}: the comparison is not like for like")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -661,16 +952,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=16, help="acts in the batch (TRL: its rollout batch)")
     p.add_argument("--prompt-tokens", type=int, nargs=2, default=[500, 900], metavar=("MIN", "MAX"))
     p.add_argument("--completion-tokens", type=int, nargs=2, default=[16, 48], metavar=("MIN", "MAX"))
-    p.add_argument("--minibatch", type=int, default=4, help="samples per optimizer step (both sides)")
+    p.add_argument("--minibatch", type=int, default=4, help="samples per optimizer step (every side)")
     p.add_argument("--micro-batch", type=int, default=2, help="TRL: samples per forward/backward")
     p.add_argument("--micro-tokens", type=int, default=2048, help="ours: tokens per packed forward/backward")
-    p.add_argument("--epochs", type=int, default=1, help="PPO epochs over the batch per update")
+    p.add_argument(
+        "--epochs", type=int, default=1, help="passes over the batch per update (trl-grpo: num_iterations)"
+    )
+    p.add_argument(
+        "--group-size",
+        type=int,
+        default=4,
+        help="GRPO sides: completions per prompt (TRL's num_generations); --samples must be a multiple",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed updates per side (the median is reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed updates first")
-    p.add_argument("--rounds", type=int, default=1, help="run both sides this many times; keep each's best")
+    p.add_argument("--rounds", type=int, default=1, help="run every side this many times; keep each's best")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on each side")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
+    p.add_argument(
+        "--sides",
+        nargs="+",
+        default=list(SIDES),
+        choices=SIDES,
+        help="PPO: ours, ours-shared (value head on the policy's trunk), trl (TRL 1.12's PPO); critic-free "
+        "GRPO: ours-grpo, trl-grpo (TRL's GRPOTrainer); default all",
+    )
     p.add_argument(
         "--trl-venv", type=Path, default=DEFAULT_VENV, help="TRL 1.12 environment (made if missing)"
     )
@@ -685,9 +991,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error("token ranges are MIN MAX with 1 <= MIN <= MAX")
     if min(args.repeats, args.threads, args.epochs, args.rounds) < 1 or args.warmup < 0:
         p.error("--repeats, --threads, --epochs and --rounds must be >= 1, --warmup >= 0")
+    if set(args.sides if args.side is None else [args.side]) & set(GRPO_SIDES):
+        if args.group_size < 2 or args.samples % args.group_size:
+            p.error(
+                "the GRPO sides need --group-size >= 2 and --samples a multiple of it "
+                "(or leave them out: --sides ours ours-shared trl)"
+            )
 
     if args.side:
-        fn = side_trl if args.side == "trl" else side_ours
+        fn = {"trl": side_trl, "trl-grpo": side_trl_grpo}.get(args.side, side_ours)
         print("RESULT " + json.dumps(fn(args)), flush=True)
         return 0
 
@@ -695,9 +1007,10 @@ def main(argv: list[str] | None = None) -> int:
     from ragteam.config import setup_caches
     from ragteam.llm.local import resolve_model_path
 
-    setup_caches()  # offline Hugging Face, caches under RAGTEAM_HOME: inherited by both children
+    setup_caches()  # offline Hugging Face, caches under RAGTEAM_HOME: inherited by every child
     args.model_path = str(resolve_model_path(args.model))
-    pythons = {"ours": Path(sys.executable), "ours-shared": Path(sys.executable)}
+    # every side but trl runs with this interpreter (trl-grpo: the trl installed with ragteam)
+    pythons = {side: Path(sys.executable) for side in SIDES if side != "trl"}
     venv_s = None
     if "trl" in args.sides:
         pythons["trl"], venv_s = ensure_trl_venv(args.trl_venv)

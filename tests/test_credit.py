@@ -14,6 +14,7 @@ from ragteam.credit import (
     process,
     register_credit,
     tree_mc,
+    tree_mean,
 )
 from ragteam.rollout.tree import Episode, Node
 from ragteam.types import Action, Question
@@ -149,6 +150,18 @@ def test_tree_mc_on_branched_tree():
     assert tree_mc(ep, lambda lf: 2 * lf.rewards["f1"])[0] == 0.875
 
 
+def test_tree_mean_weighs_each_branch_once_on_an_unbalanced_tree():
+    ep = c3po_tree()
+    # 3 -> 1.0 ; 5 -> 0.5 ; retrieve 2 -> mean(1.0, 0.5) = 0.75 ; 1 -> 0.75 ; 7 -> mean(failed leaf 0) = 0
+    # (11 has no leaf: left out) ; llm 9 -> 0.25 ; 0 -> mean(0.75, 0, 0.25) = 1/3, where tree_mc's flat
+    # mean over the four leaves gives the twice-forked branch two votes: 0.4375
+    got = tree_mean(ep, "f1")
+    assert got.keys() == {0, 1, 3, 5, 7}
+    assert got[1] == 0.75 and got[3] == 1.0 and got[5] == 0.5 and got[7] == 0.0
+    assert abs(got[0] - 1 / 3) < 1e-12 and tree_mc(ep, "f1")[0] == 0.4375
+    assert tree_mean(mmoa_chain(), "f1") == tree_mc(mmoa_chain(), "f1")  # a chain: the same
+
+
 def test_outcome_broadcasts_on_a_chain_and_averages_on_branches():
     # chain: every policy node gets the one leaf's 0.8
     assert outcome(mmoa_chain(), "f1") == {0: 0.8, 2: 0.8, 3: 0.8, 4: 0.8}
@@ -191,7 +204,7 @@ def test_registry():
     assert set(CREDITS) >= {"outcome", "tree_mc", "mmoa", "process"}
     assert get_credit("tree_mc") is tree_mc and get_credit("mmoa") is mmoa
     with pytest.raises(
-        ValueError, match=r"unknown credit 'montecarlo'; known: mmoa, outcome, process, tree_mc"
+        ValueError, match=r"unknown credit 'montecarlo'; known: mmoa, outcome, process, tree_mc, tree_mean"
     ):
         get_credit("montecarlo")
     with pytest.raises(ValueError, match="already registered"):

@@ -17,17 +17,16 @@ import pytest
 
 import torch
 
-from ragteam.credit import register_credit
+from ragteam.credit import CREDITS
 from ragteam.protocol import Act, Answer
 from ragteam.rollout.tree import Episode
-from ragteam.train.advantages import get_advantage, register_advantage
+from ragteam.train.advantages import ESTIMATORS, Estimator, get_advantage
 from ragteam.train.ppo_config import PPOConfig, with_recipe
 from ragteam.types import Action, Question
 
 ITERATIONS = 12  # rollouts (each followed by one update of 2 epochs x ~4 minibatches)
 
 
-@register_credit("test_even_first_token")
 def even_first_token(episode: Episode, reward: Any) -> dict[int, float]:
     """1 for an act whose first completion token has an even id, else 0 (the reward is the act's own)."""
     out = {}
@@ -101,6 +100,13 @@ def reward_curve(data: Path, out: Path, estimator: str) -> list[float]:
     return curve
 
 
+@pytest.fixture(autouse=True)
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's reward and its broken estimator, registered for the test only."""
+    monkeypatch.setitem(CREDITS, "test_even_first_token", even_first_token)
+    monkeypatch.setitem(ESTIMATORS, "test_flipped", Estimator(flipped, groups=True))
+
+
 @pytest.mark.parametrize("estimator", ["gae", "grpo", "drgrpo", "rloo", "reinforce_pp", "tree"])
 def test_every_estimator_learns_an_obvious_reward(estimator: str, hotpot_small: Path, tmp_path: Path) -> None:
     curve = reward_curve(hotpot_small, tmp_path / "out", estimator)
@@ -109,7 +115,6 @@ def test_every_estimator_learns_an_obvious_reward(estimator: str, hotpot_small: 
     assert end >= 0.9 and end >= start + 0.25, f"{estimator}: reward per iteration {curve}"
 
 
-@register_advantage("test_flipped", groups=True)
 def flipped(*args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO with its sign flipped: a wiring bug the check must catch."""
     adv, ret = get_advantage("grpo").fn(*args, **kw)

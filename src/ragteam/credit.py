@@ -14,6 +14,7 @@ episode dropped when another path failed. `process` credits the unchosen sibling
 |---------|----------|-------------------------------------------------------------------------------------|
 | outcome | (any)    | the reward of its path's leaf; the mean over the leaves below it in a branched tree |
 | tree_mc | C-3PO    | mean reward of the leaves in its subtree (Monte Carlo estimate, C-3PO eq. 5)        |
+| tree_mean | C-3PO  | recursive mean over its children (each branch weighs the same, however deep)        |
 | mmoa    | MMOA-RAG | shared reward (as `tree_mc`) plus its own `action.penalty` (stored <= 0, added)     |
 | process | RAG-Gym  | its selector `score` when it has one, else as `tree_mc`                             |
 
@@ -41,6 +42,7 @@ __all__ = [
     "process",
     "register_credit",
     "tree_mc",
+    "tree_mean",
 ]
 
 RewardOf: TypeAlias = str | Callable[[Node], float]
@@ -183,3 +185,24 @@ def process(episode: Episode, reward: RewardOf) -> dict[int, float]:
         if n.score is not None:
             out[n.id] = float(n.score)
     return dict(sorted(out.items()))
+
+
+@register_credit("tree_mean")
+def tree_mean(episode: Episode, reward: RewardOf) -> dict[int, float]:
+    """Recursive mean: a leaf is worth its reward, any other node the mean of its children's worth (children
+    with no leaf below are left out). Where eq. 5's flat mean over leaves lets a branch that forked again
+    weigh more (a node whose first child forks 2 x 2 and whose second ends at once counts 4 leaves against
+    1), this weighs each child once: the estimate of E[R | s, a] under the policy that sampled the children
+    (each child one draw). Equal to `tree_mc` on chains and on trees whose forks are all equally deep."""
+    worth: dict[int, list[float]] = {}  # node id -> its children's worth (a leaf: its reward)
+    value: dict[int, float] = {}
+    for node in reversed(episode.nodes):  # children come after their parent (Episode.add): bottom-up
+        if node.parent is not None and node.parent >= node.id:
+            raise ValueError(f"episode {episode.id}: node {node.id} comes before its parent {node.parent}")
+        if node.kind == "answer":
+            value[node.id] = leaf_reward(node, reward)
+        elif worth.get(node.id):
+            value[node.id] = sum(worth[node.id]) / len(worth[node.id])
+        if node.id in value and node.parent is not None:
+            worth.setdefault(node.parent, []).append(value[node.id])
+    return {n.id: value[n.id] for n in episode.policy_nodes() if n.id in value}

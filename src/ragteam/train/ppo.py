@@ -9,9 +9,9 @@ Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
 1. rollout     - the engine plays the workflow on this iteration's questions with the current weights,
                  sampling at the recipe's temperature: K episodes per question (`--rollout.group-size`),
                  C-3PO's tree where the recipe forks; every act's prompt ids, completion ids, log-probs;
-2. credit      - a registered credit function (`ragteam.credit`: outcome, tree_mc, mmoa, process) turns
-                 each tree into one reward per policy node; each credited node of a trained role
-                 (`--ppo.train-roles`) becomes a `Sample`;
+2. credit      - a registered credit function (`ragteam.credit`: outcome, tree_mc, tree_mean, mmoa,
+                 process) turns each tree into one reward per policy node; each credited node of a trained
+                 role (`--ppo.train-roles`) becomes a `Sample`;
 3. advantages  - one pass without gradients: old log-probs (and values, with a critic) under the current
                  weights, reference log-probs under the frozen start, all at the sampling temperature; the
                  node's reward at its last token minus beta * KL at every token (`token_rewards`); then

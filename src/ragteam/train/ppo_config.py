@@ -25,7 +25,8 @@ class PPOOptions(LoraFields):
     (no second copy in memory); a separate critic trains an adapter of its own."""
 
     credit: str = Field(
-        "outcome", description="credit function (ragteam.credit): outcome, tree_mc, mmoa, process"
+        "outcome",
+        description="credit function (ragteam.credit): outcome, tree_mc, tree_mean, mmoa, process",
     )
     advantage: str = Field(
         "gae",
