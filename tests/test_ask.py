@@ -70,7 +70,7 @@ def test_ask_c3po_by_id_json_parses_as_episode(hotpot3, capsys, tmp_path):
     # the readable form names the roles
     assert main(["ask", "--id", qid, "--data", str(hotpot3), "--workflow", "c3po", *TINY]) == 0
     text = capsys.readouterr().out
-    assert "router  (policy, act 1)" in text and "scores: em" in text
+    assert "router  (policy, depth 1)" in text and "scores: em" in text
 
 
 def test_ask_defaults_to_bundled_demo_corpus(capsys):

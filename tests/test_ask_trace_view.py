@@ -77,7 +77,7 @@ def test_format_chain_shows_roles_docs_roadmap_answer():
     lines = text.splitlines()
     assert lines[0] == "Question: Who wrote Hamlet?"
     assert "Gold: William Shakespeare" in lines
-    assert "[0] router  (policy, act 1) · 0.00 s · 40+3 tokens" in text
+    assert "[0] router  (policy, depth 1) · 0.00 s · 40+3 tokens" in text
     assert "    says: [Planning]" in lines and "    action: planning" in lines
     assert "[1] LLM roadmap" in text and "      2. find its author" in lines
     assert "    query: 'Hamlet author'" in lines

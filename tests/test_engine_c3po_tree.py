@@ -1,8 +1,10 @@
 """C-3PO's tree-structured rollout on real parts: the tiny model as proxy and LLM, BM25 over HotpotQA.
 
-The paper's schedule (Table 7): the router expands its three strategies (forced prefixes), then K(t)=2 for
-t <= 4 and 1 deeper, depth limit 13. Checks the tree's shape, that no shared prefix was generated twice, and
-that every recorded log-prob equals a fresh forward pass.
+The paper's schedule (section 5.1, Table 7): the router expands its three strategies (forced prefixes) at t = 0,
+then K(t)=2 for t <= 4 and 1 deeper, depth limit 13, with t C-3PO's depth (`rollout.depth.C3PO`: each act, LLM
+call and the answer is a step). Checks the tree's shape, that the recorded depths, the fork schedule and the
+depth statistic read the same t, that no shared prefix was generated twice, and that every recorded log-prob
+equals a fresh forward pass. tests/test_c3po_depth.py pins the definition on a scripted proxy.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import pytest
 from conftest import TEST_DEVICE
 from test_engine_integration import hotpot_questions, retriever_for
 
+from ragteam.eval import stats
 from ragteam.llm.local import LocalChatModel
 from ragteam.metrics.answer import score_answer
 from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.rollout.depth import C3PO as C3PO_DEPTH
 from ragteam.rollout.engine import Engine
 from ragteam.workflows.c3po import C3PO
 from ragteam.workflows.config import WorkflowConfig
@@ -58,17 +62,30 @@ def test_two_way_forks_to_depth_four_and_single_paths_deeper(tree_run):
     _, _, report = tree_run
     deepest = 0
     for ep in report.episodes:
+        for node in ep.nodes:  # the recorded depth is C-3PO's t
+            assert node.depth == C3PO_DEPTH.of(ep, node.id)
         groups: dict[int | None, list] = defaultdict(list)  # one act's samples share their parent node
         for node in ep.policy_nodes():
             groups[node.parent].append(node)
         for parent, nodes in groups.items():
-            (depth,) = {n.depth for n in nodes}
-            expected = 3 if parent is None else (2 if 2 <= depth <= 4 else 1)
-            assert len(nodes) == expected, (ep.id, depth, [n.role for n in nodes])
-            deepest = max(deepest, depth)
+            t = 0 if parent is None else ep.nodes[parent].depth  # the depth of the state the act is taken in
+            assert {n.depth for n in nodes} == {t + 1}
+            expected = 3 if t == 0 else (2 if 1 <= t <= 4 else 1)
+            assert len(nodes) == expected, (ep.id, t, [n.role for n in nodes])
+            deepest = max(deepest, t)
         assert max(n.depth for n in ep.nodes) <= 13
-        # planning forks: with 2-way forks at t = 2, 3, 4 the planning subtree has more than one leaf
-        assert len(ep.leaves()) >= 4
+        # single pass forks its filter (t = 1), planning its decider (t = 2) and filter (t = 3)
+        assert len(ep.leaves()) >= 1 + 2 + 2
+        # the depth statistic is the primary leaf's t
+        assert stats.tree_depth(ep) == ep.leaves()[0].depth
+        for leaf in ep.leaves():
+            strategy = leaf.info.get("strategy")
+            if strategy == "no_retrieval":
+                assert leaf.depth == 3
+            elif strategy == "retrieval":
+                assert leaf.depth == 4
+            elif strategy == "planning" and leaf.info.get("stop") == "llm":
+                assert leaf.depth == 2 * leaf.info["rounds"] + 5
     assert deepest >= 4
 
 
@@ -91,3 +108,22 @@ def test_each_sample_is_generated_once_and_recorded_logprobs_match_a_forward_pas
     )
     for node, lp in zip(nodes, again, strict=True):
         assert lp == pytest.approx(node.completion.logprobs, abs=1e-4)
+
+
+def test_the_depth_limit_stops_at_the_same_t(tree_run, shared_data):
+    """At max_depth 6 an act runs only if its node (t + 1), the answer call and the answer fit: no act below
+    t = 4; a planning path stopped by the limit answers at exactly t = 6."""
+    _, engine, _ = tree_run
+    cfg = engine.config.model_copy(update={"max_depth": 6})
+    qs = hotpot_questions(shared_data, 2)
+    report = engine.run(C3PO(WorkflowConfig(topk=3)), qs, reward=lambda q, a: score_answer(a, q), config=cfg)
+    stopped = 0
+    for ep in report.episodes:
+        assert max(n.depth for n in ep.nodes) <= 6
+        assert max(n.depth for n in ep.policy_nodes()) == 4
+        assert stats.tree_depth(ep) == ep.leaves()[0].depth <= 6
+        for leaf in ep.leaves():
+            if leaf.info.get("stop") == "budget":
+                assert leaf.depth == 6
+                stopped += 1
+    assert stopped > 0

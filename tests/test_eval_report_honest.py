@@ -1,5 +1,5 @@
 """Honest eval reports (issue 10, item 3): the strategy ratio over valid router acts only, with malformed and
-forced ones counted apart; depth counted as in C-3PO's Fig. 6; skipped records counted and listed by line."""
+forced ones counted apart; depth counted as C-3PO's t (Fig. 6); skipped records counted and listed by line."""
 
 from __future__ import annotations
 
@@ -68,14 +68,14 @@ def planning(i: int, rounds: int) -> Episode:
 
 
 def test_tree_depth_counts_like_c3po_fig6():
-    # question + router + answer call; + retrieval + filter; planning: 5 + 3 per round
+    # C-3PO's t: router + answer call + answer; + filter (the search is no step); planning: 5 + 2 per round
     assert stats.tree_depth(direct(0)) == 3
-    assert stats.tree_depth(single_pass(1)) == 5
-    assert [stats.tree_depth(planning(2, r)) for r in (1, 2, 3)] == [8, 11, 14]
+    assert stats.tree_depth(single_pass(1)) == 4
+    assert [stats.tree_depth(planning(2, r)) for r in (0, 1, 2, 3, 4)] == [5, 7, 9, 11, 13]
     # the policy-act count is still there, beside it
     assert stats.policy_depth(direct(0)) == 1 and stats.policy_depth(planning(2, 2)) == 6
     s = stats.workflow_stats([direct(0), single_pass(1), planning(2, 1)])
-    assert s["tree_depth"]["histogram"] == {"3": 1, "5": 1, "8": 1}
+    assert s["tree_depth"]["histogram"] == {"3": 1, "4": 1, "7": 1}
     assert s["depth"]["histogram"] == {"1": 1, "2": 1, "4": 1}
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import torch
 
 from ragteam.credit import CREDITS

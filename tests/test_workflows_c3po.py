@@ -31,7 +31,7 @@ def test_forced_no_retrieval_asks_only_the_llm():
 
 def test_forced_retrieval_lets_the_proxy_write_the_query_after_a_forced_prefix():
     """Table 3's fixed [Retrieval]: the router is asked with its reply forced to start with [Retrieval];
-    the query is the proxy's continuation, and the router act is recorded (depth 2 with the filter)."""
+    the query is the proxy's continuation, and the router act is recorded (2 acts with the filter)."""
     t = drive(
         c3po(strategy="retrieval", topk=4),
         Q,
@@ -44,7 +44,7 @@ def test_forced_retrieval_lets_the_proxy_write_the_query_after_a_forced_prefix()
     assert t.searches()[0][0].k == 4
     info = t.answer.info
     assert info["strategy"] == "retrieval" and info["forced"] is True and info["rounds"] == 1
-    assert info["depth"] == 2 and info["invalid"] == 0
+    assert info["acts"] == 2 and info["invalid"] == 0
 
 
 def test_forced_retrieval_whatever_the_proxy_writes_still_retrieves():
@@ -65,7 +65,7 @@ def test_other_forced_strategies_do_not_ask_the_router():
 def test_forced_retrieval_stopped_by_the_budget_searches_the_question():
     t = drive(c3po(strategy="retrieval"), Q, max_acts=0)
     assert t.stopped() == ["router", "filter"] and t.queries() == [Q.question]
-    assert t.answer.info["strategy"] == "retrieval" and t.answer.info["depth"] == 0
+    assert t.answer.info["strategy"] == "retrieval" and t.answer.info["acts"] == 0
 
 
 def test_forced_planning_asks_roadmap_then_loops():
@@ -89,7 +89,7 @@ def test_forced_planning_asks_roadmap_then_loops():
     assert "need the director" in prompt_text(t.acts("filter")[0][0])
     info = t.answer.info
     assert info["strategy"] == "planning" and info["stop"] == "llm" and info["rounds"] == 1
-    assert info["depth"] == 3 and info["invalid"] == 0
+    assert info["acts"] == 3 and info["invalid"] == 0
 
 
 # ---------------------------------------------------------------------- the router
@@ -161,7 +161,7 @@ def test_planning_loop_stops_at_max_rounds():
     assert t.roles() == ["decider", "filter"] * 3
     assert t.queries() == ["query 0", "query 1", "query 2"]
     info = t.answer.info
-    assert info["rounds"] == 3 and info["stop"] == "max_rounds" and info["depth"] == 6
+    assert info["rounds"] == 3 and info["stop"] == "max_rounds" and info["acts"] == 6
     assert len(info["doc_ids"]) == 6  # two kept per round, accumulated
 
 
@@ -286,7 +286,8 @@ def test_forced_retrieval_in_the_engine_records_a_router_node_with_the_proxys_qu
     assert retriever.calls[0][0] == ["the proxy's own query"]  # not the question
     assert proxy.requests[0].prefix == "[Retrieval]"
     (leaf,) = ep.leaves()
-    assert leaf.info["strategy"] == "retrieval" and leaf.info["forced"] is True and leaf.info["depth"] == 2
+    assert leaf.info["strategy"] == "retrieval" and leaf.info["forced"] is True and leaf.info["acts"] == 2
+    assert leaf.depth == 4  # C-3PO's t: router, filter, answer call, answer
 
 
 def test_a_forced_strategy_stays_forced_in_the_c3po_tree():
@@ -295,7 +296,7 @@ def test_a_forced_strategy_stays_forced_in_the_c3po_tree():
     roots = [n for n in ep.policy_nodes() if n.parent is None]
     assert [n.sampling["prefix"] for n in roots] == ["[Retrieval]"]
     assert {leaf.info["strategy"] for leaf in ep.leaves()} == {"retrieval"}
-    assert len(ep.leaves()) == 2  # the filter (depth 2) forks in two, as the tree schedule says
+    assert len(ep.leaves()) == 2  # the filter (taken at t = 1) forks in two, as the tree schedule says
 
 
 def test_forced_retrieval_with_the_tiny_model_forces_the_prefix_tokens_and_samples_the_rest():

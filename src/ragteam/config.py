@@ -4,11 +4,13 @@ Precedence: field defaults < `--config FILE.yaml` < command-line flags. Nested m
 (`--policy.model`, `--llm.base-url`). Every flag's `--help` text is the field's description, so a config
 class documents its command. `save_resolved` writes the final config and library versions beside outputs.
 
-Config files are bounded: at most `MAX_CONFIG_BYTES`, nesting at most `MAX_CONFIG_DEPTH` levels, and at most
-`MAX_CONFIG_VALUES` values once YAML aliases are expanded. Why: a few hundred bytes of nested aliases (a
-"billion laughs") expand to billions of values; PyYAML shares them when constructing, but merge keys,
-validation and error messages walk them all. The expansion is measured on the composed node graph, before
-any Python object is built. Error messages quote values shortened (`got ...`), never whole.
+Config files are bounded: regular files only (a FIFO or `/dev/zero` would block or never end), at most
+`MAX_CONFIG_BYTES` (counted while reading, not only from the size the file system reports), nesting at most
+`MAX_CONFIG_DEPTH` levels, and at most `MAX_CONFIG_VALUES` values once YAML aliases are expanded. Why: a few
+hundred bytes of nested aliases (a "billion laughs") expand to billions of values; PyYAML shares them when
+constructing, but merge keys, validation and error messages walk them all. The expansion is measured on
+the composed node graph, before any Python object is built. Error messages quote values shortened
+(`got ...`), never whole.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import os
 import platform
 import reprlib
+import stat
 import types
 import typing
 from pathlib import Path
@@ -82,13 +85,26 @@ def read_yaml(path: str | Path) -> Any:
     if p.is_dir():
         raise ConfigError(f"{path}: is a folder, not a YAML file")
     try:
-        size = p.stat().st_size
+        info = p.stat()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {size} bytes; a config file may hold at most {MAX_CONFIG_BYTES}")
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, no permission on a parent folder
+        raise ConfigError(
+            f"{path}: cannot read the config file ({getattr(e, 'strerror', None) or e})"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):  # opening a FIFO blocks; /dev/zero never ends
+        raise ConfigError(f"{path}: not a regular file (a pipe or a device?); give a YAML file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {info.st_size} bytes; a config file may hold at most {MAX_CONFIG_BYTES}")
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # bounded even if the file grows while it is read
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: more than {MAX_CONFIG_BYTES} bytes; a config file may hold at most that")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
     loader = yaml.SafeLoader(text)

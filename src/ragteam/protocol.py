@@ -21,6 +21,13 @@ raises: a malformed output is `Action(valid=False, penalty=...)`). The field nam
 documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])` groups): when a prompt is longer than
 the model's context, the engine drops the lowest-ranked documents, then shortens passages, and re-renders
 (see `ragteam.rollout.fit`). Roles and their functions live at module level, so workflows stay picklable.
+
+A role may declare its **action space**: `constrain(**fields) -> Constraint` (the allowed texts, whose tokens
+make a whitelist, and the equivalent regex; `ragteam.llm.constraint`). MMOA-RAG's Selector may write only
+`Document`, the numbers of its K candidates and `,` (eq. 5), K being the number of documents in its fields.
+The act carries it (`Act.constraint`) to the backend, which enforces it (a logits mask in process, the
+server's structured-output field over HTTP); a workflow may drop it (`dataclasses.replace(act,
+constraint=None)`) and a rebuilt act keeps it dropped.
 """
 
 from __future__ import annotations
@@ -32,7 +39,23 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
+from ragteam.llm.constraint import Constraint
 from ragteam.types import Action, Hit, Message, Question
+
+__all__ = [
+    "Act",
+    "Acted",
+    "Answer",
+    "AskLLM",
+    "BudgetExceeded",
+    "Constraint",
+    "Episodic",
+    "Request",
+    "ResultOf",
+    "Retrieve",
+    "Role",
+    "Workflow",
+]
 
 # ---------------------------------------------------------------------------------------------- roles
 
@@ -50,6 +73,8 @@ class Role:
     write       the canonical reply that parses to an action, `write(action) -> str` (None: not declared):
                 the parser's inverse up to free text, so a malformed reply the workflow recovered from can
                 be relabeled by what was done (`ragteam collect sft --relabel-invalid`)
+    constrain   the action space of a policy role, `constrain(**fields) -> Constraint | None` (None: free
+                text): it may depend on the fields (the Selector's K is the number of its documents)
     """
 
     name: str
@@ -59,6 +84,7 @@ class Role:
     stop: tuple[str, ...] = ()
     docs: str | None = None
     write: Callable[[Action], str] | None = None
+    constrain: Callable[..., Constraint | None] | None = None
 
     def act(self, **fields: Any) -> Act:
         """A request for the policy to play this role on the prompt rendered from `fields`."""
@@ -72,6 +98,7 @@ class Role:
             stop=self.stop,
             spec=self,
             fields=fields,
+            constraint=self.constrain(**fields) if self.constrain is not None else None,
         )
 
     def ask(self, **fields: Any) -> AskLLM:
@@ -86,14 +113,17 @@ class Role:
         )
 
     def rebuild(self, request: Act | AskLLM, **changes: Any) -> Act | AskLLM:
-        """The same request with some fields changed (re-rendered, parser re-bound): how fitting cuts."""
+        """The same request with some fields changed (re-rendered, parser re-bound): how fitting cuts. An act's
+        constraint is declared again from the new fields (fewer documents, fewer ids), or stays dropped."""
         fields = {**(request.fields or {}), **changes}
         if isinstance(request, Act):
+            new = self.act(**fields)
             return dataclasses.replace(
-                self.act(**fields),
+                new,
                 max_tokens=request.max_tokens,
                 branch=request.branch,
                 prefix=request.prefix,
+                constraint=new.constraint if request.constraint is not None else None,
             )
         return dataclasses.replace(self.ask(**fields), max_tokens=request.max_tokens)
 
@@ -110,7 +140,8 @@ class Act:
     `prefix` forces the start of the reply and the policy writes the rest (C-3PO's fixed-strategy ablation:
     `[Retrieval]`, then the policy's query): the engine sends it as the tree rollout sends a forced
     strategy (`ChatRequest.prefix`), the reply's text starts with it, and the act's own prefix takes the
-    place of a fork rule's forced prefixes (`RolloutConfig.forks`).
+    place of a fork rule's forced prefixes (`RolloutConfig.forks`). `constraint` restricts the reply (the
+    role's declared action space, `Role.constrain`); the engine sends it as `ChatRequest.constraint`.
     """
 
     role: str
@@ -122,6 +153,7 @@ class Act:
     prefix: str = ""
     spec: Role | None = field(default=None, compare=False, repr=False)
     fields: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)

@@ -142,8 +142,45 @@ class BearerAuth:
 def openai_error_body(
     status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
 ) -> dict[str, Any]:
-    """OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    """OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`. A message quoting a
+    client's text that is no UTF-8 (a lone surrogate) keeps it escaped, so the answer can be encoded."""
+    return {"error": {"message": encodable(message), "type": kind, "param": param, "code": status}}
+
+
+def encodable(text: str) -> str:
+    """`text`, with what UTF-8 cannot encode (lone surrogates from JSON's `\\ud800`) written as escapes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class BigNumber:
+    """An integer literal of a request body with more digits than Python converts to an int
+    (`sys.get_int_max_str_digits()`, 4300): `loads_json` puts this in its place, so that validation names
+    the field (a 4xx) instead of the parser failing the whole body, or, in a handler that did not expect it,
+    the server failing with a 500."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<a number of {self.digits} digits>"
+
+
+def _parse_int(literal: str) -> int | BigNumber:
+    digits = len(literal.lstrip("-"))
+    if digits > min(4300, sys.get_int_max_str_digits() or 4300):  # converting more is slow, or refused
+        return BigNumber(digits)
+    return int(literal)
+
+
+def loads_json(raw: bytes | str) -> Any:
+    """`json.loads`, except that an integer of more than 4300 digits becomes a `BigNumber` (see there).
+
+    Raises what `json.loads` raises for text that is not JSON (ValueError, RecursionError)."""
+    return json.loads(raw, parse_int=_parse_int)
 
 
 def openai_error(
@@ -161,7 +198,8 @@ def validation_message(e: Any) -> tuple[str, str | None]:
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"])
         first = first or loc
-        parts.append(f"{loc}: {err['msg']}")
+        got = f" (got {err['input']!r})" if isinstance(err.get("input"), BigNumber) else ""
+        parts.append(f"{loc}: {err['msg']}{got}")
     return "invalid request: " + "; ".join(parts), first
 
 
@@ -177,7 +215,7 @@ async def read_openai_body(
     except BodyError as e:
         return openai_error(e.status, e.message)
     try:
-        data = json.loads(raw)
+        data = loads_json(raw)
     except (ValueError, UnicodeDecodeError) as e:
         return openai_error(400, f"request body is not valid JSON: {e}")
     except RecursionError:
@@ -190,9 +228,11 @@ async def read_openai_body(
         message, param = validation_message(e)
         return openai_error(400, message, param=param)
     if body.model is not None and body.model != served_name:
+        from ragteam.config import short_repr
+
         return openai_error(
             404,
-            f"model {body.model!r} not found; this server serves {served_name!r}",
+            f"model {short_repr(body.model)} not found; this server serves {served_name!r}",
             "not_found_error",
             "model",
         )

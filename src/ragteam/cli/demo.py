@@ -7,7 +7,7 @@ The stages, each cached in `--out` so that a second run reuses what the first on
 3. before  the baselines and the three teams (C-3PO, MMOA-RAG, Re2Search), untrained, on the held-out questions
 4. sft     supervised warm start: MMOA-RAG's heuristic role labels on the training questions, then SFT
            (`--full` adds C-3PO rows rejection-sampled from the proxy's own trees)
-5. ppo     a short multi-agent PPO run (the MMOA-RAG recipe) from the SFT model
+5. ppo     a short multi-agent RL run (the MMOA-RAG recipe, critic-free GRPO) from the SFT model
 6. after   the three teams again, with the trained policy
 7. report  report.md and report.html: before/after table with intervals, training curves per role, C-3PO's
            strategy ratio and depth histogram, traces to click through
@@ -49,6 +49,8 @@ WORKFLOW_SETTINGS: dict[str, Any] = {
     "max_steps": 4,
 }
 ROLLOUT_SETTINGS: dict[str, Any] = {"max_tokens": 96, "llm_max_tokens": 48}
+# What the demo writes into --out (it has no config.yaml to recognise its folder by); see ragteam.outdir
+DEMO_OWN = ("before", "after", "sft", "ppo", "summary.md", "report.md", "report.html", "*.png")
 
 
 class Config(BaseConfig):
@@ -80,7 +82,11 @@ class Config(BaseConfig):
         default_factory=RetrieverConfig, description="the demo corpus' retriever"
     )
     k: int = Field(3, ge=1, description="passages shown for the demo search")
-    overwrite: bool = Field(False, description="discard earlier demo results instead of reusing them")
+    overwrite: bool = Field(
+        False,
+        description="discard earlier demo results instead of reusing them (and write into an --out that "
+        "holds files the demo did not write)",
+    )
     progress: bool = Field(True, description="progress bars")
 
     @model_validator(mode="after")
@@ -114,6 +120,9 @@ def run(cfg: Config) -> int:
 
     questions = read_questions(data).questions
     out = Path(cfg.out)
+    from ragteam.outdir import check_out_dir
+
+    check_out_dir(out, "demo", cfg.overwrite, own=DEMO_OWN)  # another command's or a person's files: refused
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     t_all = perf_counter()
@@ -305,7 +314,12 @@ def warm_start(
 def ppo(
     cfg: Config, data: Path, retriever: RetrieverConfig, init: Path, out: Path
 ) -> tuple[Path, dict[str, Any]]:
-    """A short MMOA-RAG PPO run from the SFT model (resumed if interrupted); return (policy dir, info)."""
+    """A short MMOA-RAG PPO run from the SFT model (resumed if interrupted); return (policy dir, info).
+
+    Critic-free GRPO over groups of 2 episodes per question, on the same `ppo_questions` training questions
+    every iteration (so the training-reward panel shows what the policy learned, not which questions were
+    drawn), with the held-out questions evaluated after every iteration (the report's held-out panel):
+    the settings bench/learning.py and docs/results.md measured to raise the training reward on CPU."""
     from ragteam.train.ppo import train_ppo
     from ragteam.train.ppo_config import PPOConfig
 
@@ -322,14 +336,25 @@ def ppo(
                 offset=TRAIN_OFFSET,
                 out=str(out),
                 init=str(init),
+                limit=cfg.ppo_questions,
                 iterations=cfg.ppo_iterations,
                 questions_per_iteration=cfg.ppo_questions,
+                eval_data=str(data),
+                eval_limit=cfg.questions,
+                eval_every=1,
                 resume=any(out.glob("checkpoint-*")) and not cfg.overwrite,
                 llm=cfg.model,
                 retriever=retriever,
                 threads=cfg.model.threads,
                 progress=cfg.progress,
-                ppo={"lr": 1e-6, "critic_lr": 1e-5},  # the learning rate the CPU pilot measured to hold
+                rollout={**ROLLOUT_SETTINGS, "group_size": 2, "temperature": 1.0, "top_p": 0.9},
+                ppo={
+                    "advantage": "grpo",
+                    "lr": 1e-5,
+                    "kl_beta": 0.0,
+                    "kl_anneal_to": 0.0,
+                    "kl_beta_min": 0.0,
+                },
                 **WORKFLOW_SETTINGS,
             )
         )

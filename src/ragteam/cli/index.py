@@ -22,6 +22,9 @@ from pydantic import Field
 from ragteam.config import Config as BaseConfig
 from ragteam.retrieval.build_config import BM25Build, DenseBuild
 
+# What an index build leaves in its folder before the manifest (a build that stopped early); see outdir.py
+INDEX_OWN = (".staging", "docs.jsonl", "docs.offsets.npy", "bm25", "dense")
+
 
 class Config(BaseConfig):
     """Settings of `ragteam index`."""
@@ -44,7 +47,11 @@ class Config(BaseConfig):
         default_factory=lambda: ["bm25", "dense"], description="what to build: bm25, dense or both"
     )
     batch_size: int = Field(64, ge=1, description="passages per embedding batch")
-    overwrite: bool = Field(False, description="replace a folder that holds an index of another corpus")
+    overwrite: bool = Field(
+        False,
+        description="replace a folder that holds an index of another corpus, or write into a non-empty "
+        "folder that holds no index (its other files are kept)",
+    )
     skip_bad: bool = Field(
         False,
         description="skip (and count) malformed records and repeated ids of --corpus / --data instead of "
@@ -62,6 +69,11 @@ def run(cfg: Config) -> int:
         raise ValueError(
             "give exactly one of --corpus FILE (passages) or --data FILE (a dataset's paragraphs)"
         )
+    if cfg.corpus or cfg.data:  # a folder holding someone else's files is not an index to write into
+        from ragteam.outdir import check_out_dir
+        from ragteam.retrieval.index import MANIFEST
+
+        check_out_dir(cfg.out, "index", cfg.overwrite, own=INDEX_OWN, marker=MANIFEST)
     errors: list[str] = []
     if cfg.corpus:
         from ragteam.data.corpus import iter_corpus

@@ -14,15 +14,33 @@ and config.yaml. Use the result with `--policy.model OUT` (full fine-tune), `--p
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ragteam.train.common import TrainConfig
 
+OVERWRITE_HELP = (
+    "write into a non-empty --out that holds files this command did not write (another command's run, "
+    "someone's files); a folder holding this trainer's own checkpoints or model still needs --resume"
+)
+TRAIN_OWN = ("log.jsonl",)  # what a trainer writes into --out before its config.yaml
+
+
+def check_train_out(kind: str, cfg: TrainConfig) -> None:
+    """Refuse an --out that holds files `ragteam train KIND` did not write, unless --overwrite
+    (`ragteam.outdir`). Under torchrun only rank 0 checks: the others would see its files appear."""
+    from ragteam.outdir import check_out_dir
+
+    if os.environ.get("RANK", "0") == "0":
+        check_out_dir(cfg.out, f"train {kind}", bool(getattr(cfg, "overwrite", False)), own=TRAIN_OWN)
+
 
 def run_trainer(kind: str, cfg: TrainConfig, train: Callable[[], Path]) -> int:
-    """Run `train()`; on Ctrl-C say how to resume; on success say how to load the result."""
+    """Run `train()` (after `check_train_out`); on Ctrl-C say how to resume; on success say how to load
+    the result."""
+    check_train_out(kind, cfg)
     try:
         out = train()
     except KeyboardInterrupt:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ragteam.cli.train import common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, common, run_trainer
 from ragteam.train.common import TrainConfig
 from ragteam.train.dpo import DPOOptions
 
@@ -13,6 +13,7 @@ class Config(TrainConfig):
     """Prefer chosen over rejected replies (pairs.jsonl rows; formats in `ragteam.train.data`)."""
 
     dpo: DPOOptions = Field(default_factory=DPOOptions)
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
 
 def run(cfg: Config) -> int:

@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import sys
 
+from pydantic import Field
+
+from ragteam.cli.train import OVERWRITE_HELP, check_train_out
 from ragteam.train.ppo_config import PPOConfig
 
 
 class Config(PPOConfig):
     """Multi-agent PPO on episode trees (one policy, every role, a centralized critic)."""
 
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
+
 
 def run(cfg: Config) -> int:
     from ragteam.train.ppo import train_ppo
 
+    check_train_out("ppo", cfg)  # type: ignore[arg-type]  (duck-typed: .out, .overwrite)
     try:
-        out = train_ppo(PPOConfig.model_validate(cfg.model_dump(exclude_unset=True)))
+        out = train_ppo(PPOConfig.model_validate(cfg.model_dump(exclude_unset=True, exclude={"overwrite"})))
     except KeyboardInterrupt:
         print(
             f"\nragteam train ppo: interrupted; continue with the same command and --resume "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ragteam.cli.train import common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, common, run_trainer
 from ragteam.train.common import TrainConfig
 from ragteam.train.sft import SFTOptions
 
@@ -13,6 +13,7 @@ class Config(TrainConfig):
     """Fine-tune the policy on target replies (sft.jsonl rows; formats in `ragteam.train.data`)."""
 
     sft: SFTOptions = Field(default_factory=SFTOptions)
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
 
 def run(cfg: Config) -> int:

@@ -1,8 +1,11 @@
 """Passage corpora: read and write JSONL `{id, title, text}` / FlashRAG `{id, contents}`, and pool the
 paragraphs that benchmark records carry into one corpus.
 
-Also reads DPR's `psgs_w100.tsv` layout (`id  text  title` columns) and `.gz` files. A passage without an id
-gets `types.doc_id(title, text)`. Repeated ids are an error naming both lines.
+Also reads DPR's `psgs_w100.tsv` layout (`id  text  title` columns) and `.gz` files. A file's passages carry
+ids or none do: then each gets `types.doc_id(title, text)`. A passage without an id in a file whose first
+passage has one (or the other way round) is a malformed record naming its line, as are repeated ids, a TSV
+row with fewer cells than the header and a quoted TSV field running over several lines (an unclosed quote
+that would swallow the rows after it); `--skip-bad` skips and counts them.
 """
 
 from __future__ import annotations
@@ -36,10 +39,18 @@ def _doc_from_record(rec: dict) -> Doc:
     return Doc(id=str(raw_id).strip(), title=title, text=text)
 
 
+def _has_id(rec: dict) -> bool:
+    return rec.get("id", rec.get("_id")) is not None
+
+
 def iter_corpus(path: str | Path, errors: list[str] | None = None) -> Iterator[tuple[int, Doc]]:
     """Yield `(line, Doc)` for each passage of `path`; a malformed one raises `FILE:LINE: field ...`,
-    or, when an `errors` list is given, is skipped with its message appended there."""
-    for line, rec in iter_records(path, header_key="text", quoted_tsv=True):
+    or, when an `errors` list is given, is skipped with its message appended there.
+
+    Whether passages carry ids is decided by the first good one: a later passage that differs is malformed
+    (a row that lost its id would otherwise be indexed under an id no other file knows)."""
+    first: tuple[int, bool] | None = None  # (line, has an id) of the first good passage
+    for line, rec in iter_records(path, header_key="text", quoted_tsv=True, strict_rows=True):
         try:
             if isinstance(rec, BadRecord):
                 raise RecordError(path, line, rec.message)
@@ -47,11 +58,23 @@ def iter_corpus(path: str | Path, errors: list[str] | None = None) -> Iterator[t
                 doc = _doc_from_record(rec)
             except FieldError as e:
                 raise RecordError(path, line, str(e)) from None
+            if first is not None and _has_id(rec) != first[1]:
+                raise RecordError(
+                    path,
+                    line,
+                    f"field 'id' is missing, but the passage at line {first[0]} has one: every passage "
+                    "needs an id then"
+                    if first[1]
+                    else f"field 'id' is set, but the passage at line {first[0]} has none: give every "
+                    "passage an id, or none (ids are then made from title and text)",
+                )
         except RecordError as e:
             if errors is None:
                 raise
             errors.append(str(e))
             continue
+        if first is None:
+            first = (line, _has_id(rec))
         yield line, doc
 
 

@@ -113,6 +113,8 @@ def json_list_field(rec: Mapping[str, Any], key: str) -> list[Any]:
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise FieldError(key, f"is not a JSON-encoded list ({e.msg})") from None
+        except (ValueError, RecursionError) as e:  # a number of more than 4300 digits, deep nesting
+            raise FieldError(key, f"is not a JSON-encoded list we can read ({str(e)[:80]})") from None
     if not isinstance(value, list):
         raise FieldError(key, f"must be a list (or a JSON-encoded list), got {_type_name(value)}")
     return value

@@ -80,6 +80,8 @@ def read_questions(path: str | Path, fmt: str | None = None, skip_bad: bool = Fa
                 q = spec.parse(rec, index)
             except FieldError as e:
                 raise RecordError(path, line, f"{e} ({spec.name} record)") from None
+            except (ValueError, TypeError, RecursionError) as e:  # a value no field check foresaw
+                raise RecordError(path, line, f"cannot be read as a {spec.name} record ({e})") from None
             if q.id in first_line:
                 raise RecordError(
                     path, line, f"field 'id' repeats {q.id!r} (first at line {first_line[q.id]})"

@@ -6,8 +6,10 @@ Malformed JSON and short rows come back as `BadRecord` values instead of raising
 either stop with a clear message or skip and count them.
 
 Hostile files get the same treatment, never a traceback: a line that is not UTF-8, JSON nested deeper than
-Python's parser recurses, a record of more than `MAX_RECORD_CHARS` characters, and text after the closing
-`]` of a JSON array are bad records naming their line; a folder given as the file is an error naming it.
+Python's parser recurses, a record of more than `MAX_RECORD_CHARS` characters, a number of more digits than
+Python converts (4300), and text after the closing `]` of a JSON array are bad records naming their line; a
+folder, a FIFO or a device given as the file, and a `.gz` file that is truncated or damaged, are errors
+naming the file (and the line reached).
 Lines are decoded one at a time so that a bad byte is reported with its line (a newline byte never occurs
 inside a UTF-8 sequence, so this decodes exactly what decoding the whole file would).
 """
@@ -19,6 +21,8 @@ import errno
 import gzip
 import io
 import json
+import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +76,14 @@ class TextLines:
         return self
 
     def __next__(self) -> Any:
-        raw = self._f.readline()
+        try:
+            raw = self._f.readline()
+        except (EOFError, OSError, zlib.error) as e:  # a truncated or damaged .gz: nothing after it reads
+            raise RecordError(
+                self.path,
+                self.line + 1,
+                f"the compressed file is truncated or damaged ({e}); {self.line} lines were read before it",
+            ) from None
         if not raw:
             raise StopIteration
         self.line += 1
@@ -106,9 +117,35 @@ def open_text(path: str | Path, bad_lines: bool = False) -> TextLines:
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder; give the data file inside it", str(path))
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    if not p.is_file():  # a FIFO or a device (/dev/zero) would block or never end
+        raise ValueError(f"{path}: not a regular file (a pipe or a device?); give a data file")
     return TextLines(p, bad_lines)
+
+
+# Most digits of an integer in a data file: Python's own limit on converting text to int (4300 by default).
+INT_DIGITS = min(4300, sys.get_int_max_str_digits() or 4300)
+
+
+class _Ints:
+    """`parse_int` for the json decoder: integers of more digits than Python converts become 0 and are
+    remembered, so the record they sit in is reported bad (with its line) instead of the parser raising."""
+
+    def __init__(self) -> None:
+        self.longest = 0
+
+    def __call__(self, literal: str) -> int:
+        digits = len(literal.lstrip("-"))
+        if digits > INT_DIGITS:
+            self.longest = max(self.longest, digits)
+            return 0
+        return int(literal)
+
+    def problem(self) -> str | None:
+        """Why the last record is bad, if it held such a number (and forget it)."""
+        longest, self.longest = self.longest, 0
+        return f"a number of {longest} digits; at most {INT_DIGITS}" if longest else None
 
 
 def base_suffix(path: str | Path) -> str:
@@ -120,16 +157,19 @@ def base_suffix(path: str | Path) -> str:
 
 
 def iter_records(
-    path: str | Path, header_key: str = "question", quoted_tsv: bool = False
+    path: str | Path, header_key: str = "question", quoted_tsv: bool = False, strict_rows: bool = False
 ) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
     """Yield `(line, record)` for every record of the file; `record` is a dict or a `BadRecord`.
 
     In TSV/CSV files the header is the first row with a column named `header_key` (any case). CSV fields
     may be quoted; TSV fields only with `quoted_tsv` (DPR's passage TSV quotes, benchmark exports do not).
+    `strict_rows` (passage files): a row with fewer cells than the header, or a quoted TSV field running
+    over several lines (an unclosed quote swallowing the rows after it), is a bad record naming its lines.
     """
     suffix = base_suffix(path)
     if suffix in (".tsv", ".csv"):
-        yield from _iter_delimited(path, "\t" if suffix == ".tsv" else ",", header_key, quoted_tsv)
+        delimiter = "\t" if suffix == ".tsv" else ","
+        yield from _iter_delimited(path, delimiter, header_key, quoted_tsv, strict_rows)
         return
     if _is_json_document(path):
         with open_text(path) as f:
@@ -155,15 +195,16 @@ def _is_json_document(path: str | Path) -> bool:
     if not first_line.startswith("{"):
         return False
     try:
-        obj = json.loads(first_line)
+        obj = json.loads(first_line, parse_int=_Ints())
     except json.JSONDecodeError:
         return True  # an object spread over several lines: a pretty-printed document
-    except RecursionError:
+    except (RecursionError, ValueError):
         return False  # one whole (too deeply nested) object on the line: JSON Lines, reported there
     return isinstance(obj, dict) and any(isinstance(obj.get(k), list) for k in WRAPPER_KEYS)
 
 
 def _iter_jsonl(lines: Iterable[str | BadRecord]) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
+    ints = _Ints()
     for n, line in enumerate(lines, start=1):
         if isinstance(line, BadRecord):
             yield n, line
@@ -174,12 +215,17 @@ def _iter_jsonl(lines: Iterable[str | BadRecord]) -> Iterator[tuple[int, dict[st
             yield n, BadRecord(f"a record of {len(line)} characters; at most {MAX_RECORD_CHARS}")
             continue
         try:
-            rec = json.loads(line)
+            rec = json.loads(line, parse_int=ints)
         except json.JSONDecodeError as e:
+            ints.problem()
             yield n, BadRecord(f"not valid JSON ({e.msg} at column {e.colno})")
             continue
         except RecursionError:
+            ints.problem()
             yield n, BadRecord("not valid JSON for a record: nested too deeply")
+            continue
+        if problem := ints.problem():
+            yield n, BadRecord(problem)
             continue
         yield (
             n,
@@ -192,7 +238,8 @@ class _Scanner:
 
     def __init__(self, text: str):
         self.text, self.pos, self.line, self._line_pos = text, 0, 1, 0
-        self.decoder = json.JSONDecoder()
+        self.ints = _Ints()
+        self.decoder = json.JSONDecoder(parse_int=self.ints)
 
     def skip_ws(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
@@ -234,12 +281,16 @@ def _iter_json_document(path: str | Path, text: str) -> Iterator[tuple[int, dict
             sc.skip_ws()
             start = sc.pos
             line = sc.line_at(start)
+            sc.ints.problem()  # forget numbers outside the records (a wrapper object's other keys)
             try:
                 rec = sc.value()
             except RecursionError:
                 yield line, BadRecord("not valid JSON: nested too deeply; the rest of the file was not read")
                 return
-            if sc.pos - start > MAX_RECORD_CHARS:
+            problem = sc.ints.problem()
+            if problem:
+                rec = BadRecord(problem)
+            elif sc.pos - start > MAX_RECORD_CHARS:
                 rec = BadRecord(f"a record of {sc.pos - start} characters; at most {MAX_RECORD_CHARS}")
             elif not isinstance(rec, dict):
                 rec = BadRecord(f"expected a JSON object, got {type(rec).__name__}")
@@ -296,14 +347,14 @@ def _seek_wrapped_array(sc: _Scanner) -> bool:
 
 
 def _iter_delimited(
-    path: str | Path, delimiter: str, header_key: str, quoted_tsv: bool
+    path: str | Path, delimiter: str, header_key: str, quoted_tsv: bool, strict_rows: bool = False
 ) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
     # TSV exports (Bamboogle, PopQA) do not quote fields; CSV files (FreshQA) do, and may hold newlines.
     quoting = csv.QUOTE_NONE if delimiter == "\t" and not quoted_tsv else csv.QUOTE_MINIMAL
     with open_text(path) as f:
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
         try:
-            yield from _delimited_rows(path, reader, header_key)
+            yield from _delimited_rows(path, reader, header_key, strict_rows, one_line=delimiter == "\t")
         except csv.Error as e:  # e.g. a field over csv's size limit: a broken or hostile file
             raise RecordError(
                 path, reader.line_num, f"not a valid {base_suffix(path)[1:].upper()} row: {e}"
@@ -311,11 +362,13 @@ def _iter_delimited(
 
 
 def _delimited_rows(
-    path: str | Path, reader: Any, header_key: str
+    path: str | Path, reader: Any, header_key: str, strict_rows: bool = False, one_line: bool = False
 ) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
     header: list[str] | None = None
     preamble: list[list[str]] = []
+    last = 0  # the line the previous row ended on
     for row in reader:
+        first, last = last + 1, reader.line_num
         if not any(cell.strip() for cell in row):
             continue
         if header is None:
@@ -329,8 +382,23 @@ def _delimited_rows(
                 raise RecordError(path, 1, f"no header row naming a {header_key!r} column")
             continue
         line = reader.line_num
+        if strict_rows and one_line and line > first:
+            yield (
+                first,
+                BadRecord(
+                    f"a quoted field runs from line {first} to line {line} (an unclosed quote?); "
+                    "a passage row is one line"
+                ),
+            )
+            continue
         if len(row) > len(header) and any(c.strip() for c in row[len(header) :]):
             yield line, BadRecord(f"{len(row)} columns but the header has {len(header)}")
+            continue
+        if strict_rows and len(row) < len(header):
+            yield (
+                line,
+                BadRecord(f"{len(row)} columns but the header has {len(header)} ({', '.join(header)})"),
+            )
             continue
         rec: dict[str, Any] = {}
         for name, cell in zip(header, row):

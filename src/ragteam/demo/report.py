@@ -56,7 +56,7 @@ def _plot_c3po(before: dict | None, after: dict | None, out: Path) -> list[Path]
     paths = []
     for key, title, xlabel in (
         ("strategy", "C-3PO strategy ratio", "strategy"),
-        ("tree_depth", "C-3PO depth (Fig. 6 count: question, acts, searches, LLM calls)", "depth"),
+        ("tree_depth", "C-3PO depth t (Fig. 6: acts, LLM calls, the answer)", "depth"),
     ):
         fig, ax = plt.subplots(figsize=(5.5, 3.2), dpi=90)
         if key == "strategy":

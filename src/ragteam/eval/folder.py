@@ -1,7 +1,8 @@
 """A run's output folder, shared by `ragteam eval` and `ragteam collect`: the questions it covers, its resumable
 trace (`episodes.jsonl`), and the resolved config that a resumption must match.
 
-`open_run` reads and selects the questions (offset, limit), creates the folder, drops the trace on
+`open_run` reads and selects the questions (offset, limit), refuses a folder holding files another command
+(or a person) wrote unless `--overwrite` (`ragteam.outdir`), creates the folder, drops the trace on
 `--overwrite`, refuses to resume under settings that change rollouts, writes `config.yaml`, and returns
 which questions still have to run. A trace damaged before its end stops the run with how to recover;
 `--repair` keeps its intact episodes and reruns the questions of the bad lines (`rollout.traces`).
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from ragteam.config import save_resolved
 from ragteam.data.questions import QuestionSet
+from ragteam.outdir import check_out_dir
 from ragteam.rollout.traces import finished_ids, load_trace
 from ragteam.types import Question
 
@@ -147,6 +149,9 @@ def open_run(
             f"{cfg.data}: no questions at offset {cfg.offset} (the file has {len(qset.questions)})"
         )
     out = Path(cfg.out)
+    check_out_dir(
+        out, command, cfg.overwrite
+    )  # someone else's config, metrics or report: not ours to replace
     out.mkdir(parents=True, exist_ok=True)
     trace = out / TRACE_FILE
     if cfg.overwrite and trace.exists():

@@ -64,8 +64,8 @@ def write_plots(stats: dict[str, Any], out_dir: str | Path) -> list[str]:
         plot_strategy(stats["strategy"], out / "strategy.png")
         names.append("strategy.png")
     depth = stats.get("tree_depth") or {}
-    if depth.get("n"):  # C-3PO's Fig. 6 count: the question, then each act, search and LLM call on the path
-        plot_histogram(depth, out / "depth.png", "tree depth (C-3PO Fig. 6 count)")
+    if depth.get("n"):  # C-3PO's depth t (Fig. 6): each act, LLM call and the answer on the path
+        plot_histogram(depth, out / "depth.png", "depth t (C-3PO Fig. 6)")
         names.append("depth.png")
     if stats["depth"]["n"]:
         plot_histogram(stats["depth"], out / "policy-acts.png", "policy acts per question")

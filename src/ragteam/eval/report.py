@@ -92,13 +92,13 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
         out += strategy_section(stats["strategy"], stats.get("strategy_excluded"))
     if stats.get("tree_depth", {}).get("n"):
         out += [
-            "## Depth (C-3PO Fig. 6 counting)",
+            "## Depth (C-3PO's t, Fig. 6)",
             "",
-            "Steps from the question to the answer: the question is 1, and each policy act, retrieval and LLM "
-            "call on the path adds 1: direct answering 3, a single pass 5, planning 5 + 3 per "
-            "retrieval-filter round when the decider ends the loop (4 + 3 per round at the round limit). "
-            "Retrieval is a step, the answer leaf is not. Finished questions only; the paper does not "
-            "define its count further, this one gives its depths 3-5 for the two simple strategies.",
+            "Steps from the question (depth 0) to the answer: each policy act, LLM call and the answer "
+            "itself adds 1, a search does not (it leads to the filter's state): direct answering 3, a single "
+            "pass 4, planning 5 + 2 per retrieval-filter round when the decider ends the loop (4 + 2 per "
+            "round at the round limit). The same depth t that C-3PO's fork schedule K(t) and depth limit "
+            "read (docs/workflows.md, Depth t). Finished questions only.",
             "",
             _distribution_table(stats["tree_depth"], "depth"),
             "",

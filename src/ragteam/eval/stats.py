@@ -11,12 +11,12 @@ Conventions:
   the policy's, so counting it as a strategy would credit the policy with a ratio it never chose. Invalid
   acts, strategies forced by `--strategy` or by a forced prefix (tree rollouts), and episodes stopped
   before any act are counted apart (`strategy_excluded`);
-- two depths: `depth` counts the policy acts on the path; `tree_depth` counts the way C-3PO's Fig. 6 does
-  as we read it (the paper only says "the time step t is reused as the depth of the tree"): the question is
-  step 1 and every node on the path is one more step (a policy act, a retrieval, an LLM call). Direct
-  answering is then 3 (question, router, answer call) and a single pass 5 (question, router, retrieval,
-  filter, answer call), the paper's "depth 3-5" for those strategies; planning adds the roadmap, three steps
-  per retrieval-filter round and the decider's final act (1 round: 8);
+- two depths: `depth` counts the policy acts on the path; `tree_depth` is C-3PO's depth t of the primary
+  leaf (`rollout.depth.C3PO`, the one definition the engine's fork schedule and depth limit read for `c3po`;
+  argued in docs/workflows.md, *Depth t*): the question is 0, and each policy act, LLM call and the answer
+  leaf is one step (a search is not). Direct answering is 3, a single pass 4, planning 2R + 5 with R
+  retrieval-filter rounds ended by the decider's [LLM] (2R + 4 when the loop stops at the round limit): the
+  paper's Fig. 6 depths 3-5 for the simple strategies and 9-13 for Musique's 2 to 4 hops;
 - costs (model calls, tokens, retrievals, invalid actions) count every node of the tree;
 - an episode's latency is its wall time `meta["seconds"]` when the engine records it, else the sum of its
   nodes' `seconds` (an upper bound when calls were batched with other episodes).
@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from ragteam.rollout.depth import C3PO
 from ragteam.rollout.tree import Episode, Node
 
 WALL_TIME_KEY = "seconds"
@@ -66,12 +67,12 @@ def retrieval_rounds(ep: Episode) -> int | None:
 
 
 def tree_depth(ep: Episode) -> int | None:
-    """C-3PO's Fig. 6 depth (see the module docstring): 1 for the question, plus every policy act, retrieval
-    and LLM call on the path to the primary leaf (None if the episode failed)."""
+    """C-3PO's depth t of the primary leaf (Fig. 6; see the module docstring): the policy acts, LLM calls and
+    the leaf on its path (None if the episode failed). For a `c3po` episode it equals the leaf's `depth`."""
     leaf = finished_leaf(ep)
     if leaf is None:
         return None
-    return 1 + sum(1 for n in ep.path(leaf.id) if n.kind in ("policy", "retrieve", "llm"))
+    return C3PO.of(ep, leaf.id)
 
 
 def deciding_act(ep: Episode) -> Node | None:

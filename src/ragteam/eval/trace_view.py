@@ -57,7 +57,7 @@ def format_node(node: Node, indent: str = "", prompts: bool = False, limit: int 
     inner = indent + INDENT
     out: list[str] = []
     if node.kind == "policy":
-        out.append(f"{indent}[{node.id}] {node.role}  (policy, act {node.depth}) · {_cost(node)}")
+        out.append(f"{indent}[{node.id}] {node.role}  (policy, depth {node.depth}) · {_cost(node)}")
     elif node.kind == "llm":
         out.append(f"{indent}[{node.id}] LLM {node.role or 'call'} · {_cost(node)}")
     elif node.kind == "retrieve":

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from ragteam.llm.constraint import Constraint
 from ragteam.types import Message
 
 
@@ -32,12 +33,16 @@ class Sampling:
 class ChatRequest:
     """One prompt to answer. `prefix` forces the start of the assistant's reply (C-3PO's forced strategies):
     its tokens come back as the first `Completion.forced_tokens` completion ids, scored like sampled ones.
-    With `sample_after_prefix=False` nothing is sampled: the reply is the prefix closed by end-of-turn."""
+    With `sample_after_prefix=False` nothing is sampled: the reply is the prefix closed by end-of-turn.
+    `constraint` restricts the reply (MMOA-RAG's Selector: `Document`, the candidate numbers and `,`): the local
+    backend masks the logits of every token outside its whitelist, an OpenAI-compatible server is sent its
+    regex as the server's structured-output field (`ragteam.llm.constraint`); the Completion records how."""
 
     messages: list[Message]
     sampling: Sampling = field(default_factory=Sampling)
     prefix: str = ""
     sample_after_prefix: bool = True
+    constraint: Constraint | None = None
 
 
 @dataclass
@@ -51,6 +56,12 @@ class Completion:
     log p(completion_ids[t] | prompt, completion_ids[:t]) at `logprobs_temperature` (1.0: the raw model,
     whatever temperature the token was sampled at, which is what PPO ratios need). Ids and log-probs are
     None where the backend could not provide them (an HTTP server that does not return them).
+
+    `constraint` is None for an unconstrained request; else what constrained the reply
+    (`ragteam.llm.constraint.constraint_record`): `name`, `regex`, `by` (`logits_mask`, `vllm`, `vllm-guided`,
+    `sglang`, `none`), `enforced`, and `allowed_ids` where a token whitelist masked the logits, in which case
+    `logprobs` are those of the masked distribution (renormalized over the whitelist) and a trainer scores the
+    completion under the same mask (`ragteam.train.experience.Sample.allowed_ids`).
     """
 
     text: str
@@ -62,6 +73,7 @@ class Completion:
     logprobs: list[float] | None = None
     forced_tokens: int = 0  # leading completion ids that were a forced prefix, not sampled
     logprobs_temperature: float = 1.0
+    constraint: dict[str, Any] | None = None
 
     @property
     def cut(self) -> bool:
@@ -69,7 +81,10 @@ class Completion:
         return self.finish_reason == "length"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["constraint"] is None:  # traces of unconstrained acts stay as they were
+            del d["constraint"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Completion:

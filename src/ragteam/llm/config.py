@@ -44,6 +44,13 @@ class ModelConfig(Config):
     concurrency: int = Field(16, ge=1, description="openai backend: most requests in flight at once")
     timeout: float = Field(120.0, gt=0, description="openai backend: seconds per HTTP request")
     retries: int = Field(3, ge=0, description="openai backend: retries on connection errors, 5xx and 429")
+    structured_output: Literal["none", "vllm", "vllm-guided", "sglang"] = Field(
+        "none",
+        description="openai backend: how a constrained act (MMOA-RAG's Selector) asks the server to enforce "
+        'its regex: vllm ({"structured_outputs": {"regex": R}}, vLLM >= 0.10.2; also `ragteam serve '
+        'llm`), vllm-guided ({"guided_regex": R}, vLLM < 0.12), sglang ({"regex": R}), or none (not '
+        "sent: the reply is not constrained, the parser still penalises a malformed one)",
+    )
     logprobs: bool = Field(
         True,
         description="openai backend: ask for token ids and log-probs (OpenAI's logprobs and vLLM's token-id "

@@ -31,5 +31,6 @@ def build_chat_model(cfg: ModelConfig) -> ChatModel:
             timeout=cfg.timeout,
             retries=cfg.retries,
             logprobs=cfg.logprobs,
+            structured_output=cfg.structured_output,
         )
     raise ValueError(f"model config: unknown backend {cfg.backend!r} (local or openai)")

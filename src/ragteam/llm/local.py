@@ -34,6 +34,15 @@ rows leave the batch (a client that went away costs no more compute); `on_result
 soon as request i's rows have all finished, so a short request decoded beside a long one is answered when it
 ends, not when the batch does. Both run in the decoding thread, under the model's lock: keep them cheap.
 
+Constrained replies. A request with a `constraint` (`ragteam.llm.constraint`: MMOA-RAG's Selector may write
+only `Document`, the candidate numbers and `,`) decodes under a token whitelist: the ids of its allowed texts,
+each tokenized on its own, the end-of-turn / EOS ids it stops on and the ids of its forced prefix. Every other
+token's logit is masked (set to the lowest float) at every step, per row, so the rows of one batch may carry
+different whitelists or none. Its `logprobs` are those of the masked distribution (the same logits
+renormalized over the whitelist), and `Completion.constraint` records the constraint and the exact
+`allowed_ids`, which a trainer masks with to score the completion the same way. Rows without a constraint
+compute exactly what they computed before.
+
 Special-token text. A message (or forced prefix) that spells a special token, e.g. a user writing
 "<|im_end|>\n<|im_start|>assistant", is tokenized as the characters it is, never as the control token: else
 one user could close their own turn and write the assistant's (prompt injection by the chat template). The
@@ -52,8 +61,16 @@ from typing import Any
 import torch
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError, Sampling
+from ragteam.llm.constraint import Constraint, constraint_record, token_whitelist
 from ragteam.llm.logprobs import completion_logprobs
-from ragteam.llm.sampling import find_stop, gather_logprobs, next_tokens, sample_seed
+from ragteam.llm.sampling import (
+    find_stop,
+    gather_logprobs,
+    mask_logits,
+    next_tokens,
+    sample_seed,
+    whitelist_mask,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -126,6 +143,8 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
     text: str | None = None
+    constraint: Constraint | None = None  # the request's constraint
+    allowed: list[int] | None = None  # its token whitelist (sorted ids), None when unconstrained
 
 
 def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Tensor]:
@@ -144,6 +163,8 @@ def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Ten
 
 class LocalChatModel:
     """A Hugging Face causal LM answering `ChatRequest`s in left-padded batches of up to `max_batch_size` rows."""
+
+    supports_constraints = True  # enforces `ChatRequest.constraint` by a token whitelist (module docstring)
 
     def __init__(
         self,
@@ -219,6 +240,7 @@ class LocalChatModel:
             {str(t) for t in tokenizer.all_special_tokens}
             | {t.content for t in decoder.values() if getattr(t, "special", False)}
         )
+        self._whitelists: dict[Constraint, list[int]] = {}
         self._lock = threading.Lock()
         self.stats = {"batches": 0, "rows": 0, "prefill_rows": 0, "prefill_tokens": 0, "generated_tokens": 0}
 
@@ -272,6 +294,16 @@ class LocalChatModel:
         """Token ids of a forced reply prefix, tokenized on its own (it follows the assistant header);
         special-token strings in it are text, as in messages."""
         return self._text_ids(prefix, literal=self._spells_special(prefix))
+
+    def allowed_ids(self, constraint: Constraint) -> list[int]:
+        """The token whitelist of a constraint: the ids of each allowed text tokenized on its own (special-token
+        strings as text), and the end-of-turn / EOS ids decoding stops on. Sorted; cached per constraint."""
+        ids = self._whitelists.get(constraint)
+        if ids is None:
+            ids = token_whitelist(constraint, lambda t: self._text_ids(t, literal=True), self.eos_ids)
+            if len(self._whitelists) < 1024:
+                self._whitelists[constraint] = ids
+        return ids
 
     # ---- the ChatModel interface ---------------------------------------------------------------------------
 
@@ -373,6 +405,9 @@ class LocalChatModel:
             )
         inputs = ids + prefix  # shared by the n rows: they are prefilled once
         max_new = min(s.max_tokens, room) if req.sample_after_prefix else 1
+        allowed = None
+        if req.constraint is not None:  # the forced prefix's ids too: it is scored under the same mask
+            allowed = sorted(set(self.allowed_ids(req.constraint)) | set(prefix))
         rows = []
         for j in range(s.n):
             gen = None
@@ -392,6 +427,8 @@ class LocalChatModel:
                     max_new=max_new,
                     generator=gen,
                     ids=list(prefix),
+                    constraint=req.constraint,
+                    allowed=allowed,
                 )
             )
         return rows
@@ -407,6 +444,9 @@ class LocalChatModel:
             logprobs=list(r.logprobs),
             forced_tokens=r.forced,
             logprobs_temperature=1.0,
+            constraint=None
+            if r.constraint is None
+            else constraint_record(r.constraint, "logits_mask", True, allowed_ids=list(r.allowed or ())),
         )
 
     # ---- decoding ------------------------------------------------------------------------------------------
@@ -423,6 +463,7 @@ class LocalChatModel:
         dev = self.device
         b = len(rows)
         cache, logits, attn, pos = self._prefill(rows)
+        allowed = self._allowed_mask(rows, logits.shape[-1])  # [B, V] bool; None: no row is constrained
         temperature = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, device=dev)
         top_p = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=dev)
         # -1: the row samples its next token; else the token it must take (end-of-turn after a bare prefix)
@@ -442,6 +483,8 @@ class LocalChatModel:
                 dtype=torch.float32,
                 device=dev,
             )
+            if allowed is not None:  # constrained rows: every token outside the whitelist is masked
+                logits = mask_logits(logits, allowed)
             tokens = next_tokens(logits, temperature, top_p, uniforms)
             tokens = torch.where(forced_next >= 0, forced_next, tokens)
             token_lp = gather_logprobs(logits, tokens).tolist()
@@ -464,6 +507,7 @@ class LocalChatModel:
                 cache.reorder_cache(sel)
                 tokens, attn, next_pos = tokens[sel], attn[sel], next_pos[sel]
                 temperature, top_p, forced_next = temperature[sel], top_p[sel], forced_next[sel]
+                allowed = allowed[sel] if allowed is not None else None
                 active = [active[k] for k in keep]
             attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=-1)
             out = self.model(
@@ -502,18 +546,34 @@ class LocalChatModel:
         self.stats["prefill_tokens"] += sum(map(len, inputs))
         # logits [G, forced + 1, V]: the predictions of the last `forced` input tokens, then of the next token.
         # A row's prefix is the end of its inputs, so its f tokens are predicted by the f columns before the last.
-        prefix_lp = [
-            gather_logprobs(out.logits[g, forced - rows[i].forced : forced], ids[g, width - rows[i].forced :])
-            for g, i in enumerate(first)
-        ]
+        # A constrained row scores its prefix under its whitelist (rows sharing an input may differ in that).
+        prefix_lp: dict[tuple[int, tuple[int, ...] | None], list[float]] = {}
         for r, g in zip(rows, group):
-            r.logprobs = prefix_lp[g].tolist()
+            key = (g, tuple(r.allowed) if r.allowed is not None else None)
+            if key not in prefix_lp:
+                f = rows[first[g]].forced
+                logits_g = out.logits[g, forced - f : forced]
+                if r.allowed is not None and f:
+                    table = torch.tensor([r.allowed], dtype=torch.long, device=dev)
+                    logits_g = mask_logits(logits_g, whitelist_mask(table, logits_g.shape[-1]))
+                prefix_lp[key] = gather_logprobs(logits_g, ids[g, width - f :]).tolist()
+            r.logprobs = list(prefix_lp[key])
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
         if len(first) < len(rows):
             sel = torch.tensor(group, dtype=torch.long, device=dev)
             cache.reorder_cache(sel)  # index_select on the batch axis: copies of the shared rows
             logits, attn, pos = logits[sel], attn[sel], pos[sel]
         return cache, logits, attn, pos
+
+    def _allowed_mask(self, rows: list[_Row], vocab: int) -> torch.Tensor | None:
+        """[B, V] bool: the tokens each row may take (all, for an unconstrained row); None when none is."""
+        if all(r.allowed is None for r in rows):
+            return None
+        table = torch.full((len(rows), max(len(r.allowed or ()) for r in rows)), -1, dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r.allowed:
+                table[i, : len(r.allowed)] = torch.tensor(r.allowed, dtype=torch.long)
+        return whitelist_mask(table.to(self.device), vocab)
 
     def _append(self, r: _Row, token: int, logprob: float) -> bool:
         """Record one sampled token; decide whether the row goes on (True) or has finished (False)."""
@@ -539,15 +599,20 @@ class LocalChatModel:
     # ---- scoring -------------------------------------------------------------------------------------------
 
     def logprobs(
-        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        allowed: Sequence[Sequence[int] | None] | None = None,
     ) -> list[list[float]]:
-        """Per-token log-probs of each completion after its prompt, by one plain forward pass (temperature 1)."""
+        """Per-token log-probs of each completion after its prompt, by one plain forward pass (temperature 1);
+        `allowed[i]`: the token whitelist completion i was decoded under (`Completion.constraint`), or None."""
         out: list[list[float]] = []
         with self._lock, torch.inference_mode():
             for start in range(0, len(prompt_ids), self.max_batch_size):
                 p = prompt_ids[start : start + self.max_batch_size]
                 c = completion_ids[start : start + self.max_batch_size]
-                lp, mask = completion_logprobs(self.model, p, c, self.pad_id)
+                a = allowed[start : start + self.max_batch_size] if allowed is not None else None
+                lp, mask = completion_logprobs(self.model, p, c, self.pad_id, allowed=a)
                 for row, m in zip(lp.cpu(), mask.cpu()):
                     out.append(row[m].tolist())
         return out

@@ -28,6 +28,17 @@ its ids and log-probs start with the prefix's, which the Completion keeps as the
 `sample_after_prefix=False` is sent as that server's `sample_after_prefix: false` with `max_tokens: 1`: a
 server that ignores the field (vLLM) samples one token after the prefix, which the Completion keeps (its text
 is then the prefix and that token, not the prefix alone).
+
+Constrained replies (`ChatRequest.constraint`, MMOA-RAG's Selector): `structured_output` chooses how the
+constraint's regex is sent, as the server spells structured outputs: `vllm` sends `"structured_outputs":
+{"regex": R}` (vLLM >= 0.10.2, the only form from 0.12; `ragteam serve llm` reads it too), `vllm-guided`
+sends `"guided_regex": R` (vLLM before 0.12), `sglang` sends `"regex": R`, and `none` sends nothing (the reply
+is then free; the role's parser still penalises a malformed one). `Completion.constraint` records the
+constraint, the form it was sent in (`by`) and whether it was sent (`enforced`: asked for; a server that
+ignores the field is not detected). vLLM and SGLang return the raw model's log-probs, not the constrained
+distribution's, so a trainer scores such completions unmasked; `ragteam serve llm` enforces the regex by a
+token whitelist and returns the masked log-probs with the whitelist (`constraint.allowed_ids` on the choice),
+which the Completion keeps, so a trainer masks as the server did.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
+from ragteam.llm.constraint import constraint_record
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 # What a request asks for beyond plain text, from the most to nothing: a server that rejects a level's fields
@@ -54,6 +66,21 @@ EXTRAS_LEVELS: tuple[dict[str, Any], ...] = (
     {},
 )
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
+STRUCTURED_OUTPUT = ("none", "vllm", "vllm-guided", "sglang")
+"""How a constrained request's regex is sent (module docstring): not at all, or as that server spells it."""
+
+
+def structured_output_fields(form: str, regex: str) -> dict[str, Any]:
+    """The request-body fields that ask a server of kind `form` to make the reply match `regex`."""
+    if form == "vllm":
+        return {"structured_outputs": {"regex": regex}}
+    if form == "vllm-guided":
+        return {"guided_regex": regex}
+    if form == "sglang":
+        return {"regex": regex}
+    if form == "none":
+        return {}
+    raise ValueError(f"structured_output must be one of {', '.join(STRUCTURED_OUTPUT)}, got {form!r}")
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -99,9 +126,12 @@ class OpenAIChatModel:
         max_backoff: float = 8.0,
         api_key: str | None = None,
         logprobs: bool = True,
+        structured_output: str = "none",
     ) -> None:
         if concurrency < 1 or retries < 0 or timeout <= 0:
             raise ValueError("need concurrency >= 1, retries >= 0 and timeout > 0")
+        structured_output_fields(structured_output, "x")  # a ValueError naming the choices if unknown
+        self.structured_output = structured_output
         self.base_url = normalize_base_url(base_url)
         self.endpoint = f"{self.base_url}/chat/completions"
         self.name = model
@@ -218,13 +248,19 @@ class OpenAIChatModel:
             payload["stop"] = list(s.stop)
         if seed is not None:
             payload["seed"] = seed
+        if req.constraint is not None:
+            payload.update(structured_output_fields(self.structured_output, req.constraint.regex))
         return payload
 
     def _call(self, req: ChatRequest, n: int, seed: int | None) -> list[Completion] | ModelError:
         """One chat-completions call, made again with fewer extras if the server rejects them (see module)."""
         level = self._extras_level
+        record = None
+        if req.constraint is not None:
+            form = self.structured_output
+            record = constraint_record(req.constraint, form, form != "none")
         while True:
-            got, status = self._post(self._payload(req, n, seed, level), req.prefix)
+            got, status = self._post(self._payload(req, n, seed, level), req.prefix, record)
             if not isinstance(got, ModelError) or status not in (400, 422):
                 return got
             lower = _fewer_extras(level, got.message)
@@ -234,8 +270,11 @@ class OpenAIChatModel:
                 self._extras_level = max(self._extras_level, lower)
             level = lower
 
-    def _post(self, payload: dict[str, Any], prefix: str) -> tuple[ChatResult, int | None]:
-        """POST with retries: the Completions or a ModelError, and the HTTP status it ended on (if any)."""
+    def _post(
+        self, payload: dict[str, Any], prefix: str, constraint: dict[str, Any] | None = None
+    ) -> tuple[ChatResult, int | None]:
+        """POST with retries: the Completions or a ModelError, and the HTTP status it ended on (if any).
+        `constraint`: what each Completion records about the request's constraint (None: unconstrained)."""
         client, _ = self._resources()
         last = "no attempt made"
         for attempt in range(self.retries + 1):
@@ -250,7 +289,7 @@ class OpenAIChatModel:
             else:
                 if resp.status_code == 200:
                     try:
-                        return _completions(resp.json(), prefix), 200
+                        return _completions(resp.json(), prefix, constraint), 200
                     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
                         message = f"malformed response ({type(e).__name__}: {e})"
                         return ModelError(message, where=self.endpoint), 200
@@ -276,8 +315,11 @@ def _fewer_extras(level: int, error: str) -> int | None:
     return None
 
 
-def _completions(body: dict[str, Any], prefix: str) -> list[Completion]:
-    """The response's choices as Completions (module docstring: ids, log-probs, the forced prefix)."""
+def _completions(
+    body: dict[str, Any], prefix: str, constraint: dict[str, Any] | None = None
+) -> list[Completion]:
+    """The response's choices as Completions (module docstring: ids, log-probs, the forced prefix, the
+    constraint: `constraint` as the request sent it, with the whitelist `ragteam serve llm` masked with)."""
     choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
     usage = body.get("usage") or {}
     prompt_tokens = int(usage.get("prompt_tokens", 0) or 0)
@@ -299,9 +341,22 @@ def _completions(body: dict[str, Any], prefix: str) -> list[Completion]:
                 completion_ids=ids,
                 logprobs=logprobs,
                 forced_tokens=int(c["forced_tokens"]) if ours else 0,
+                constraint=_constraint(constraint, c.get("constraint")),
             )
         )
     return out
+
+
+def _constraint(sent: dict[str, Any] | None, served: Any) -> dict[str, Any] | None:
+    """A choice's constraint record: what was sent, plus the token whitelist of a server that says it masked
+    with one (`ragteam serve llm`: its log-probs are then the masked distribution's)."""
+    if sent is None:
+        return None
+    record = dict(sent)
+    if isinstance(served, dict) and served.get("allowed_ids") is not None:
+        record["allowed_ids"] = _int_list(served["allowed_ids"])
+        record["server"] = str(served.get("by", ""))
+    return record
 
 
 def _ids_and_logprobs(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:

@@ -1,4 +1,5 @@
-"""Pure functions of decoding: next-token choice (greedy, temperature, top-p), seeds, stop strings, log-probs."""
+"""Pure functions of decoding: next-token choice (greedy, temperature, top-p), seeds, stop strings, log-probs,
+and the token whitelist of a constrained reply (`whitelist_mask`, `mask_logits`)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,27 @@ def gather_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[token] in float32. logits [..., V], tokens [...] -> [...]."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def whitelist_mask(allowed: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The tokens each row may take: allowed [B, A] long token ids (-1 pads) -> [B, V] bool.
+
+    A row without any id (all -1) is unconstrained: every token is allowed. Ids outside the vocabulary are
+    ignored."""
+    valid = (allowed >= 0) & (allowed < vocab)
+    index = torch.where(valid, allowed, torch.full_like(allowed, vocab))
+    mask = torch.zeros((allowed.shape[0], vocab + 1), dtype=torch.bool, device=allowed.device)
+    mask.scatter_(1, index, True)
+    mask = mask[:, :vocab]
+    mask[~valid.any(dim=-1)] = True
+    return mask
+
+
+def mask_logits(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """`logits` with every token outside `allowed` (bool, broadcastable to logits) set to the dtype's lowest
+    finite value: softmax gives them probability 0 and the allowed tokens their renormalized mass.
+
+    Finite, not -inf, so that entropies stay defined (0 * -inf is NaN) and gradients reach only the allowed
+    logits. The allowed logits are left exactly as they were, so log-probs computed from masked logits by the
+    decoder and by the trainer agree as unmasked ones do."""
+    return logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)

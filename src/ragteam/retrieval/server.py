@@ -8,10 +8,12 @@ requests keep being accepted and validated while a search runs.
 Input is validated by hand (not by a pydantic model) so that every problem gets a 4xx JSON answer
 `{"error": "...", "field": "..."}` naming the field: malformed JSON (400), a body over the size limit (413),
 wrong types, too many or too long queries, text that is not encodable (a lone surrogate such as `"\\ud800"`
-is valid JSON but no UTF-8 string), `topk` out of range (422). A batched search that fails is run again one
-request at a time, so a request that breaks the retriever gets its own 500 and the requests batched with it
-are answered as if it had not been there: one client never sees another client's error. The server keeps
-serving. `GET /health` reports the retriever and counters.
+is valid JSON but no UTF-8 string), `topk` out of range, NaN, infinite or of more digits than Python converts
+(a 5,000-digit `topk` is a 422 naming `topk`, not a parser failure) (422). A batched search that fails is
+run again one request at a time, so a request that breaks the retriever gets its own 500 and the requests
+batched with it are answered as if it had not been there: one client never sees another client's error. A
+500 is answered by the route itself (a JSON body, the connection kept). The server keeps serving.
+`GET /health` reports the retriever and counters.
 
 `api_key` makes every route but /health require `Authorization: Bearer KEY` (401 otherwise); the API docs
 routes are off unless asked for (`docs=True`).
@@ -29,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ragteam.retrieval.base import Retriever
-from ragteam.serving import BearerAuth, BodyError, read_body
+from ragteam.serving import BearerAuth, BigNumber, BodyError, loads_json, read_body
 from ragteam.types import Hit
 
 
@@ -94,8 +96,10 @@ def validate_request(payload: Any, limits: Limits) -> tuple[list[str], int, bool
     topk = payload.get("topk")
     if topk is None:
         topk = limits.default_topk
+    if isinstance(topk, BigNumber):
+        raise RequestError(422, f"'topk' must be between 1 and {limits.max_topk}, got {topk!r}", "topk")
     if isinstance(topk, bool) or not isinstance(topk, int):
-        raise RequestError(422, f"'topk' must be an integer, got {json.dumps(topk)[:50]}", "topk")
+        raise RequestError(422, f"'topk' must be an integer, got {_shown(topk)}", "topk")
     if not 1 <= topk <= limits.max_topk:
         raise RequestError(422, f"'topk' must be between 1 and {limits.max_topk}, got {topk}", "topk")
     return_scores = payload.get("return_scores", False)
@@ -103,11 +107,19 @@ def validate_request(payload: Any, limits: Limits) -> tuple[list[str], int, bool
         return_scores = False
     if not isinstance(return_scores, bool):
         raise RequestError(
-            422,
-            f"'return_scores' must be true or false, got {json.dumps(return_scores)[:50]}",
-            "return_scores",
+            422, f"'return_scores' must be true or false, got {_shown(return_scores)}", "return_scores"
         )
     return queries, topk, return_scores
+
+
+def _shown(value: Any) -> str:
+    """A client's value for an error message: JSON, cut to 50 characters (a `BigNumber` by its digits)."""
+    if isinstance(value, BigNumber):
+        return repr(value)
+    try:
+        return json.dumps(value)[:50]
+    except (TypeError, ValueError):  # a BigNumber inside a list or object
+        return type(value).__name__
 
 
 def document(hit: Hit) -> dict[str, Any]:
@@ -241,12 +253,15 @@ def make_app(
     if api_key:
         app.add_middleware(BearerAuth, key=api_key, error=lambda message: {"error": message})
 
-    @app.exception_handler(RequestError)
-    async def _refused(request: Request, exc: RequestError) -> JSONResponse:
+    def _refusal(exc: RequestError) -> JSONResponse:
         body = {"error": exc.message}
         if exc.field:
             body["field"] = exc.field
         return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(RequestError)
+    async def _refused(request: Request, exc: RequestError) -> JSONResponse:
+        return _refusal(exc)
 
     @app.exception_handler(Exception)
     async def _failed(request: Request, exc: Exception) -> JSONResponse:
@@ -255,17 +270,27 @@ def make_app(
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
         try:
+            return await _retrieve(request)
+        except RequestError as e:
+            return _refusal(e)
+        except Exception as e:  # noqa: BLE001 - answered here: an app-level handler would drop the connection
+            return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
+
+    async def _retrieve(request: Request) -> JSONResponse:
+        try:
             raw = await read_body(request, limits.max_body_bytes, read_timeout)
         except BodyError as e:
             raise RequestError(e.status, e.message) from None
         try:
-            payload = json.loads(raw)
+            payload = loads_json(raw)
         except UnicodeDecodeError:
             raise RequestError(400, "the body is not UTF-8 text") from None
         except json.JSONDecodeError as e:
             raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
         except RecursionError:
             raise RequestError(400, "malformed JSON: nested too deeply") from None
+        except ValueError as e:  # anything else the parser refuses
+            raise RequestError(400, f"malformed JSON: {e}") from None
         queries, topk, return_scores = validate_request(payload, limits)
         try:
             hits = await batcher.submit(queries, topk)

@@ -1,14 +1,17 @@
 """Settings of the rollout engine: decoding, the fork schedule, keep-one-of-N, and the per-episode budget.
 
 The fork schedule is data: a list of `ForkRule`s, the first rule matching a policy act (by role and by the
-number of policy acts already on its path) says how it forks. C-3PO's tree rollout (Table 7 of the paper) is
+depth t of the state it is taken in) says how it forks. Depth is counted by the workflow's `DepthRule`
+(`rollout/depth.py`): policy acts for most workflows, C-3PO's steps for `c3po` (the question is depth 0; each
+proxy act, LLM call and the answer leaf one step deeper). An act taken at depth t records its node at t + 1.
+C-3PO's tree rollout (section 5.1 and Table 7 of the paper) is
 
     forks:
       - {role: router, forced: [{text: "[No Retrieval]"}, {text: "[Retrieval]", sample: true},
-                                {text: "[Planning]"}]}
-      - {depth_from: 1, depth_to: 3, k: 2}     # K(t) = 2 for t <= 4 (t counts the router as 1)
-      - {k: 1}
-    max_depth: 13
+                                {text: "[Planning]"}]}                  # t = 0: the deterministic stage
+      - {depth_from: 1, depth_to: 4, k: 2}     # eq. 2: K(t) = 2 for t <= 4
+      - {k: 1}                                 #        K(t) = 1 for t > 4
+    max_depth: 13                              # Table 7: no node deeper than 13, the answer leaf included
 
 and `forks: [2, 1]` is shorthand for "k=2 at depth 0, then 1" (the last value repeats).
 
@@ -37,8 +40,10 @@ class ForkRule(Config):
     """How a policy act forks: into `k` samples, or into one child per forced prefix."""
 
     role: str | None = Field(None, description="the role this rule applies to (None: any role)")
-    depth_from: int = Field(0, ge=0, description="applies from this many policy acts on the path")
-    depth_to: int | None = Field(None, ge=0, description="up to this many (inclusive; None: no end)")
+    depth_from: int = Field(
+        0, ge=0, description="applies to acts taken at depth t >= this (t: the depth of the act's state)"
+    )
+    depth_to: int | None = Field(None, ge=0, description="... and t <= this (inclusive; None: no end)")
     k: int = Field(1, ge=1, description="samples to draw, each continued as a child path")
     forced: list[Forced] = Field(
         default_factory=list, description="one child per forced prefix (overrides k)"
@@ -98,7 +103,7 @@ class RolloutConfig(Config):
         default_factory=list,
         description="fork schedule: the first rule matching an act's role and depth says how it forks "
         "(none: one sample); a list of numbers is shorthand for k by depth, the last repeating; "
-        "`c3po` is C-3PO's tree (router's three strategies, then 2-way forks to depth 4)",
+        "`c3po` is C-3PO's tree (router's three strategies, then K(t)=2 for t <= 4)",
     )
     best_of: BestOf = Field(default_factory=BestOf, description="keep one of N candidates per act")
     group_size: int = Field(
@@ -107,7 +112,12 @@ class RolloutConfig(Config):
         description="independent episodes (or trees) per question, for group baselines (grpo, rloo, tree): "
         "each is its own episode, `<id>#<k>`, with metadata.group the question's id",
     )
-    max_depth: int = Field(16, ge=1, description="policy acts on one root-to-leaf path")
+    max_depth: int = Field(
+        16,
+        ge=1,
+        description="deepest node of a path, as the workflow counts depth: policy acts (c3po: C-3PO's steps, "
+        "acts, LLM calls and the answer leaf; an act runs only if the path can still end within it)",
+    )
     max_nodes: int = Field(512, ge=1, description="nodes per episode tree; once reached, no more forking")
     max_tokens_per_episode: int = Field(
         16384, ge=1, description="generated tokens (policy and LLM) on one root-to-leaf path"
@@ -149,7 +159,8 @@ class RolloutConfig(Config):
         return self
 
     def fork_at(self, role: str, depth: int) -> ForkRule | None:
-        """The rule for an act of `role` on a path that already holds `depth` policy acts (None: no fork)."""
+        """The rule for an act of `role` taken at depth `depth` (the depth of the path's last node, as the
+        workflow counts it; None: no fork)."""
         return next((rule for rule in self.forks if rule.matches(role, depth)), None)
 
 
@@ -163,9 +174,11 @@ C3PO_TREE: dict[str, Any] = {
                 {"text": "[Planning]"},
             ],
         },
-        {"depth_from": 1, "depth_to": 3, "k": 2},
+        {"depth_from": 1, "depth_to": 4, "k": 2},
         {"k": 1},
     ],
     "max_depth": 13,
 }
-"""C-3PO's tree-structured rollout (paper, Table 7): the router's three strategies, then K(t)=2 for t<=4."""
+"""C-3PO's tree-structured rollout (paper, section 5.1 and Table 7), with depth t as the `c3po` workflow
+counts it (`rollout.depth.C3PO`): the router's three strategies at t = 0, then K(t)=2 for 1 <= t <= 4 and 1
+deeper, no node deeper than 13. Under another workflow's depth rule (policy acts) the numbers fork other acts."""

@@ -17,8 +17,12 @@ returns an `Answer`. The engine keeps up to `max_concurrent` episodes in flight.
 5. finish  - a returned answer becomes an `answer` leaf (with `reward(question, answer)`); an episode with no
              live path left is done and its slot goes to the next question.
 
-Budgets (policy acts on a path, generated tokens on a path) are enforced by throwing `BudgetExceeded` into
-the workflow before an over-budget act; a workflow that does not catch it ends as a `truncated` leaf.
+Depth is counted by the workflow's `DepthRule` (`rollout/depth.py`: policy acts, or C-3PO's steps): each node
+records its depth, the fork schedule reads the depth of the state an act is taken in, and the depth limit
+refuses an act whose node, with the steps every path still takes after it, would pass `max_depth`.
+
+Budgets (depth, generated tokens on a path) are enforced by throwing `BudgetExceeded` into the workflow
+before an over-budget act; a workflow that does not catch it ends as a `truncated` leaf.
 
 Failures are per path: a failed call, a replay mismatch or an exception in workflow code ends that path
 with a `failed` leaf; its siblings go on. An episode fails only when no path reached an answer (status
@@ -42,6 +46,7 @@ from ragteam.protocol import Act, Acted, Answer, AskLLM, BudgetExceeded, Request
 from ragteam.retrieval.base import Retriever
 from ragteam.rollout import calls
 from ragteam.rollout.config import RolloutConfig
+from ragteam.rollout.depth import depth_rule
 from ragteam.rollout.fit import fit_request
 from ragteam.rollout.groups import members
 from ragteam.rollout.replay import ReplayMismatch, Thrown, describe, replay, send
@@ -152,7 +157,13 @@ class Engine:
         episode = Episode(
             id=question.id, workflow=getattr(workflow, "name", type(workflow).__name__), question=question
         )
-        run = Run(index=index, question=question, episode=episode, started=perf_counter())
+        run = Run(
+            index=index,
+            question=question,
+            episode=episode,
+            started=perf_counter(),
+            depth_rule=depth_rule(workflow),
+        )
         path = Path(gen=None)
         run.paths.append(path)
         try:
@@ -274,7 +285,11 @@ class Engine:
                 run,
                 path,
                 act,
-                [ChatRequest(act.messages, base.with_(n=cfg.best_of.n), prefix=prefix)],
+                [
+                    ChatRequest(
+                        act.messages, base.with_(n=cfg.best_of.n), prefix=prefix, constraint=act.constraint
+                    )
+                ],
                 "select",
                 fit,
             )
@@ -285,15 +300,15 @@ class Engine:
                     base.with_(seed=None if seed is None else seed + i),
                     prefix=f.text,
                     sample_after_prefix=f.sample,
+                    constraint=act.constraint,
                 )
                 for i, f in enumerate(rule.forced)
             ]
             plan = Plan(run, path, act, chat, "fork", fit)
         else:
             n = rule.k if rule else 1
-            plan = Plan(
-                run, path, act, [ChatRequest(act.messages, base.with_(n=n), prefix=prefix)], "fork", fit
-            )
+            chat = [ChatRequest(act.messages, base.with_(n=n), prefix=prefix, constraint=act.constraint)]
+            plan = Plan(run, path, act, chat, "fork", fit)
         planned[id(run)] += sum(r.sampling.n for r in plan.chat)
         return plan
 
@@ -376,7 +391,7 @@ class Engine:
                         parent=path.parent,
                         kind="policy",
                         role=act.role,
-                        depth=path.depth + 1,
+                        depth=path.depth + run.depth_rule.step("policy"),
                         messages=act.messages,
                         completion=completion,
                         action=action,
@@ -397,7 +412,7 @@ class Engine:
             child = Path(
                 gen=None,
                 parent=node.id,
-                depth=path.depth + 1,
+                depth=node.depth,
                 tokens=path.tokens + _tokens(node.completion),
                 history=[*path.history, (path.pending, acted)],
                 throws=path.throws,
@@ -442,7 +457,7 @@ class Engine:
                 parent=path.parent,
                 kind="llm",
                 role=ask.purpose,
-                depth=path.depth,
+                depth=path.depth + run.depth_rule.step("llm"),
                 messages=ask.messages,
                 completion=completion,
                 sampling=_sampling_record(plan.chat[0]),
@@ -452,6 +467,7 @@ class Engine:
         )
         path.history.append((path.pending, completion.text))
         path.parent = node.id
+        path.depth = node.depth
         path.tokens += _tokens(completion)
         self._advance(run, path, completion.text, workflow, reward)
 
@@ -478,7 +494,7 @@ class Engine:
                 id=-1,
                 parent=path.parent,
                 kind="retrieve",
-                depth=path.depth,
+                depth=path.depth + run.depth_rule.step("retrieve"),
                 queries=list(req.queries),
                 k=req.k,
                 hits=result,
@@ -486,6 +502,7 @@ class Engine:
             )
         )
         path.parent = node.id
+        path.depth = node.depth
         path.history.append((req, result))
         self._advance(run, path, result, workflow, reward)
 
@@ -502,7 +519,7 @@ class Engine:
                         f"workflow yielded {type(request).__name__} ({request!r:.80}); "
                         "expected Act, AskLLM or Retrieve"
                     )
-                over = self._over_budget(path, request)
+                over = self._over_budget(run, path, request)
                 if over is None:
                     break
                 path.throws += 1
@@ -530,13 +547,18 @@ class Engine:
             return
         path.pending = request
 
-    def _over_budget(self, path: Path, request: Request) -> str | None:
+    def _over_budget(self, run: Run, path: Path, request: Request) -> str | None:
         """Why an act may not run on this path, or None. Only policy acts are limited."""
         if not isinstance(request, Act):
             return None
         cfg = self.config
-        if path.depth >= cfg.max_depth:
-            return f"max_depth {cfg.max_depth} policy acts reached"
+        rule = run.depth_rule
+        if not rule.act_fits(path.depth, cfg.max_depth):
+            after = f" and {rule.tail} closing steps" if rule.tail else ""
+            return (
+                f"max_depth {cfg.max_depth} reached: an act at depth {path.depth + rule.step('policy')}{after} "
+                f"would pass it (depth counted as {rule.name})"
+            )
         if path.tokens >= cfg.max_tokens_per_episode:
             return f"max_tokens_per_episode {cfg.max_tokens_per_episode} reached ({path.tokens} generated)"
         return None
@@ -570,7 +592,7 @@ class Engine:
                 id=-1,
                 parent=path.parent,
                 kind="answer",
-                depth=path.depth,
+                depth=path.depth + run.depth_rule.step("answer"),
                 answer=answer.text,
                 info=dict(answer.info),
                 status=status,
@@ -605,7 +627,7 @@ class Engine:
                 id=-1,
                 parent=path.parent,
                 kind="answer",
-                depth=path.depth,
+                depth=path.depth + run.depth_rule.step("answer"),
                 answer="",
                 status="failed",
                 error=message,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragteam.protocol import Episodic, Request
+from ragteam.rollout.depth import ACTS, DepthRule
 from ragteam.rollout.replay import Step
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
@@ -32,7 +33,7 @@ class Path:
 
     gen: Episodic | None
     parent: int | None = None
-    depth: int = 0  # policy acts so far
+    depth: int = 0  # depth t of the path's last node, by the workflow's DepthRule (rollout/depth.py)
     tokens: int = 0  # generated tokens so far (policy and LLM)
     history: list[Step] = field(default_factory=list)  # requests and results, for replay into forks
     pending: Request | None = None
@@ -56,6 +57,7 @@ class Run:
     started: float
     paths: list[Path] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why paths failed, in order
+    depth_rule: DepthRule = ACTS  # how the workflow counts depth (forks, the depth limit, node.depth)
 
     def finish(self, seconds: float) -> str | None:
         """Close the episode: its status from its leaves; the failure reason when no path answered."""

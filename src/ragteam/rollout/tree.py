@@ -23,6 +23,8 @@ class Node:
     """One step of an episode. Which fields are set depends on `kind`:
 
     - every node: `id` (its index in `Episode.nodes`), `parent` (None at the root), `kind`, `depth`, `seconds`.
+      `depth` is the node's depth t as its workflow counts it (`rollout/depth.py`): the policy acts on the
+      path up to and including it, or for C-3PO its steps (acts, LLM calls, the answer leaf).
     - `policy`: `role`, `messages` (the prompt as sent, after any fitting), `completion` (text, prompt and
       completion ids, per-token log-probs, `forced_tokens`, `finish_reason`; see `Completion`), `action` (the
       parse), `sampling` (temperature, top_p, max_tokens, stop, seed, n of the call that produced it),
@@ -39,7 +41,7 @@ class Node:
     parent: int | None
     kind: NodeKind
     role: str = ""
-    depth: int = 0  # number of policy nodes on the path from the root up to and including this one
+    depth: int = 0  # depth t: steps from the root down to this node, by its workflow's DepthRule
     messages: list[Message] | None = None
     completion: Completion | None = None
     action: Action | None = None

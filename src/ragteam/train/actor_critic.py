@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ragteam.llm.sampling import mask_logits, whitelist_mask
 from ragteam.train.experience import Packed
 from ragteam.train.losses import entropy_from_logits, token_logprobs
 
@@ -58,11 +59,16 @@ def _gathered_hidden(trunk: nn.Module, batch: Packed) -> Tensor:
 def completion_logprobs(
     model: nn.Module, batch: Packed, entropy: bool = False
 ) -> tuple[Tensor, Tensor | None, Tensor]:
-    """(logp [B, T], entropy [B, T] or None, hidden [B, T, H]) of a causal LM on the batch's completions."""
+    """(logp [B, T], entropy [B, T] or None, hidden [B, T, H]) of a causal LM on the batch's completions.
+
+    A constrained sample (`batch.allowed`) is scored under its token whitelist, as it was decoded: the logits
+    of every other token are masked before the softmax (its log-probs and entropy are the masked policy's)."""
     h = _gathered_hidden(model.get_decoder(), batch)
     logits = model.get_output_embeddings()(h)
     if bool((batch.temperature != 1).any()):  # scored as sampled: pi_T = softmax(z / T)
         logits = logits / batch.temperature.to(logits.dtype).clamp_min(1e-4).view(-1, 1, 1)
+    if batch.allowed is not None:  # constrained acts: the whitelist they were sampled under
+        logits = mask_logits(logits, whitelist_mask(batch.allowed, logits.shape[-1])[:, None, :])
     logp = token_logprobs(logits, batch.completion_ids) * batch.mask
     ent = entropy_from_logits(logits) * batch.mask if entropy else None
     return logp, ent, h

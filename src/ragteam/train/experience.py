@@ -13,6 +13,13 @@ rows; the rows' width is what padding is traded against, and sorting a minibatch
 into a [B, T] layout, B samples by T = the longest completion, with `mask` marking real completion tokens.
 The losses in `train/losses.py` work on that layout unchanged, so GAE runs per sample along its own
 completion.
+
+Constrained acts (MMOA-RAG's Selector, `ragteam.llm.constraint`): a completion the backend decoded under a
+token whitelist (`Completion.constraint["allowed_ids"]`) is scored under the same whitelist, so the trainer's
+log-probs are those of the masked policy that sampled it (`Sample.allowed_ids`, `Packed.allowed`; the
+scorer masks the logits, `ragteam.train.actor_critic.completion_logprobs`). A completion constrained by a
+server's grammar without its whitelist (vLLM, SGLang: their log-probs are the raw model's) is scored
+unmasked, as its log-probs were recorded.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class Sample:
     group: str = ""  # the question group: episodes sampled for one question (--rollout.group-size)
     parent: int | None = None  # its parent node: acts with one parent in one episode are siblings (a fork)
     temperature: float = 1.0  # the temperature it was sampled at (log-probs are scored at it)
+    allowed_ids: list[int] | None = None  # the token whitelist it was decoded under (None: unconstrained)
 
     @property
     def length(self) -> int:
@@ -103,12 +111,22 @@ def samples_from_episodes(
                 group=group_of(ep.question),
                 parent=node.parent,
                 temperature=float((node.sampling or {}).get("temperature") or 1.0),
+                allowed_ids=_allowed_ids(c.constraint, c.completion_ids),
             )
             if max_tokens is not None and s.length > max_tokens:
                 skip("too_long")
                 continue
             samples.append(s)
     return samples, skipped
+
+
+def _allowed_ids(constraint: dict | None, completion_ids: list[int]) -> list[int] | None:
+    """The whitelist a completion is scored under: the one it was decoded under, with its own tokens (a
+    whitelist always holds them when it masked the decoding; never a token scored at probability 0)."""
+    allowed = (constraint or {}).get("allowed_ids")
+    if not allowed:
+        return None
+    return sorted({int(i) for i in allowed} | set(completion_ids))
 
 
 def group_ids(samples: Sequence[Sample]) -> tuple[Tensor, Tensor, Tensor]:
@@ -136,6 +154,8 @@ class Packed:
     (rows[b, t], cols[b, t]) (one position before the token). mask: [B, T] bool, True on real completion
     tokens. completion_ids: [B, T] long (0 where masked). temperature: [B], each sample's sampling
     temperature (its logits are divided by it before they are scored, as they were when it was sampled).
+    allowed: [B, A] long, the token whitelist of each constrained sample (-1 pads; a row of -1 is
+    unconstrained), or None when no sample of the batch is constrained.
     """
 
     samples: list[Sample]
@@ -146,6 +166,7 @@ class Packed:
     mask: Tensor
     completion_ids: Tensor
     temperature: Tensor
+    allowed: Tensor | None = None
 
     def to(self, device: torch.device | str) -> Packed:
         return Packed(
@@ -154,6 +175,7 @@ class Packed:
             self.mask.to(device),
             self.completion_ids.to(device),
             self.temperature.to(device),
+            self.allowed.to(device) if self.allowed is not None else None,
         )
 
 
@@ -200,7 +222,13 @@ def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_i
         mask[b, :n] = True
         comp[b, :n] = torch.tensor(s.completion_ids)
     temperature = torch.tensor([s.temperature for s in samples], dtype=torch.float32)
-    return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature)
+    allowed = None
+    if any(s.allowed_ids for s in samples):
+        allowed = torch.full((len(samples), max(len(s.allowed_ids or ()) for s in samples)), -1)
+        for b, s in enumerate(samples):
+            if s.allowed_ids:
+                allowed[b, : len(s.allowed_ids)] = torch.tensor(s.allowed_ids)
+    return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature, allowed)
 
 
 def micro_batches(samples: Sequence[Sample], idx: Sequence[int], tokens: int) -> list[list[int]]:

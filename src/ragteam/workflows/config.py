@@ -37,6 +37,12 @@ class WorkflowConfig(Config):
         description="MMOA-RAG: also search the question itself and fill the candidate slots the "
         "sub-questions leave free from its hits (the paper: no, the sub-questions' searches only)",
     )
+    selector_constrained: bool = Field(
+        False,
+        description="MMOA-RAG: restrict the Selector's reply to its action space (eq. 5: `Document`, the "
+        "candidate numbers 0..K-1 and `,`): a logits mask in process, the server's structured-output field "
+        "over HTTP (--policy.structured-output); on under --profile paper and the mmoa recipe",
+    )
     strategy: Literal["auto", "no_retrieval", "retrieval", "planning"] = Field(
         "auto",
         description="C-3PO: force one strategy for every question (fixed-strategy ablation, Table 3; a "

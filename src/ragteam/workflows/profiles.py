@@ -53,6 +53,7 @@ SMALL: dict[str, tuple[Setting, ...]] = {
     "mmoa": (
         Setting("candidates", 10, "MMOA-RAG §5.1.3: K = 10"),
         Setting("fill_from_question", True, "ragteam: free slots filled from the question's own hits"),
+        Setting("selector_constrained", False, "ragteam: the Selector writes free text, its parser reads it"),
         Setting("rollout.max_tokens", 256, "ragteam: policy tokens per act (the roles cap their own)"),
         Setting("rollout.max_prompt_tokens", None, "ragteam: prompts bounded by the model's context only"),
     ),
@@ -95,6 +96,11 @@ PAPER: dict[str, tuple[Setting, ...]] = {
             "fill_from_question",
             False,
             "MMOA-RAG §5.1.3: the K candidates come from the sub-questions' searches (2 -> top 5 of each)",
+        ),
+        Setting(
+            "selector_constrained",
+            True,
+            "MMOA-RAG §4.2.2 eq. 5: the Selector's action space is `Document`, the ids 0..K-1 and `,`",
         ),
         Setting("rollout.max_tokens", 256, "not stated; the roles cap their own (rewriter 128, others 64)"),
         Setting("rollout.max_prompt_tokens", None, "not stated"),

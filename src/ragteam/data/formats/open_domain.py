@@ -100,7 +100,8 @@ def is_popqa(rec: dict[str, Any]) -> bool:
 
 
 def _maybe_int(value: Any) -> Any:
-    return int(value) if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()) else value
+    """A TSV cell holding an integer as an int; any other cell (a 5,000-digit one too) as it is."""
+    return int(value) if isinstance(value, str) and re.fullmatch(r"-?\d{1,18}", value.strip()) else value
 
 
 def parse_popqa(rec: dict[str, Any], index: int) -> Question:

@@ -21,7 +21,11 @@ query's name.
 If the engine's budget stops a policy act (`BudgetExceeded`), the episode does not die: a stopped filter keeps
 every document, a stopped decider ends the loop, and the LLM answers with what was gathered.
 
-`Answer.info`: strategy (no_retrieval | retrieval | planning), forced (bool), depth (policy acts on the path),
+Depth is C-3PO's t (`depth_rule = rollout.depth.C3PO`): the router, filter and decider acts, the LLM's roadmap
+and answer calls and the answer leaf are one step each; the engine's fork schedule, its depth limit and the
+depth statistics all count it so (docs/workflows.md, *Depth t*).
+
+`Answer.info`: strategy (no_retrieval | retrieval | planning), forced (bool), acts (policy acts on the path),
 rounds (retrieval-filter rounds), invalid (invalid actions, fallbacks taken), stop (planning: llm | max_rounds
 | budget), doc_ids (the documents the LLM answered with).
 """
@@ -33,6 +37,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ragteam.protocol import Acted, Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.rollout.depth import C3PO as C3PO_DEPTH
 from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.baselines import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
@@ -127,6 +132,7 @@ class C3PO(Workflow):
 
     name = "c3po"
     roles = (ROUTER, FILTER, DECIDER)
+    depth_rule = C3PO_DEPTH
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
@@ -166,7 +172,7 @@ class C3PO(Workflow):
         else:
             docs = yield from self._planning(q, count, info)
         text = yield ANSWER.ask(question=q, docs=docs, options=format_options(question))
-        info.update(depth=count.acts, invalid=count.invalid, doc_ids=[d.id for d in docs])
+        info.update(acts=count.acts, invalid=count.invalid, doc_ids=[d.id for d in docs])
         info.setdefault("rounds", 0)
         return Answer(extract_answer(text, question.choices), info=info)
 

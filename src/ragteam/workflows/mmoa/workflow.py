@@ -14,6 +14,12 @@ the same request when it is not one of the sub-questions. The paper's candidates
 sub-questions' searches only (`--profile paper`). At most K sub-questions are searched. Per-role penalties are
 on each node's `Action.penalty` (see `parsers`).
 
+The Selector's action space (the paper's eq. 5) is declared on its role (`selector_constraint`: the tokens
+of `Document`, the ids 0..K-1 and `,`, and the regex `Document[0-9](,Document[0-9])*` for K = 10), K being
+the number of candidates it is shown (fewer when a prompt is cut to fit). With `cfg.selector_constrained`
+(`--profile paper`, the `mmoa` recipe) the act carries it and the backend enforces it; otherwise it is
+dropped and the Selector writes free text, read by its parser either way.
+
 If the engine's budget stops an act (`BudgetExceeded`), a stopped rewriter falls back to the question, a
 stopped selector keeps every candidate; a stopped generator ends the path (a `truncated` leaf).
 
@@ -23,10 +29,12 @@ generator), invalid (invalid actions), penalties (role -> penalty), doc_ids (doc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.llm.constraint import choice_regex
+from ragteam.protocol import Answer, BudgetExceeded, Constraint, Episodic, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.baselines import format_options
 from ragteam.workflows.config import WorkflowConfig
@@ -46,6 +54,22 @@ def _parse_selector(text: str, question: str, docs: list[Doc]) -> Action:
     return parse_selector(text, k=len(docs))
 
 
+def selector_constraint(k: int) -> Constraint:
+    """The Selector's action space for K candidates (MMOA-RAG eq. 5): the texts `Document`,
+    `Document0`..`Document{K-1}`, `,Document0`..`,Document{K-1}`, the numbers 0..K-1 and `,` (their tokens are
+    the whitelist), and the equivalent regex `Document[0-{K-1}](,Document[0-{K-1}])*`."""
+    if k < 1:
+        raise ValueError(f"the Selector needs at least one candidate, got K={k}")
+    ids = [str(i) for i in range(k)]
+    one = "Document" + choice_regex(ids)
+    texts = ("Document", *(f"Document{i}" for i in ids), *(f",Document{i}" for i in ids), *ids, ",")
+    return Constraint(texts, f"{one}(,{one})*", name="selector")
+
+
+def _selector_constraint(question: str, docs: list[Doc]) -> Constraint | None:
+    return selector_constraint(len(docs)) if docs else None
+
+
 def _parse_generator(
     text: str, question: str, docs: list[Doc], options: str = "", choices: dict[str, str] | None = None
 ) -> Action:
@@ -60,7 +84,12 @@ def _generator_messages(
 
 REWRITER = Role("rewriter", prompts.rewriter_messages, _parse_rewriter, max_tokens=REWRITER_MAX_TOKENS)
 SELECTOR = Role(
-    "selector", prompts.selector_messages, _parse_selector, max_tokens=SELECTOR_MAX_TOKENS, docs="docs"
+    "selector",
+    prompts.selector_messages,
+    _parse_selector,
+    max_tokens=SELECTOR_MAX_TOKENS,
+    docs="docs",
+    constrain=_selector_constraint,
 )
 GENERATOR = Role(
     "generator", _generator_messages, _parse_generator, max_tokens=GENERATOR_MAX_TOKENS, docs="docs"
@@ -151,7 +180,10 @@ class MMOA(Workflow):
         selected = list(range(len(candidates)))
         if variant in ("qr-s-g", "s-g") and candidates:
             try:
-                acted = yield SELECTOR.act(question=q, docs=candidates)
+                act = SELECTOR.act(question=q, docs=candidates)
+                if not self.cfg.selector_constrained:
+                    act = dataclasses.replace(act, constraint=None)
+                acted = yield act
                 invalid += 0 if acted.action.valid else 1
                 penalties["selector"] = acted.action.penalty
                 shown = len(acted.act.fields["docs"]) if acted.act and acted.act.fields else len(candidates)
