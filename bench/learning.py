@@ -52,6 +52,7 @@ def command(args: argparse.Namespace, side: str, out: Path) -> list[str]:
     return [
         str(ROOT / ".venv" / "bin" / "ragteam"), "train", "ppo", "--recipe", "mmoa",
         "--variant", "s-g", "--candidates", str(args.candidates), "--data", str(args.data),
+        "--no-selector-constrained",  # the Selector's format is part of what is learned here
         "--offset", str(args.offset), "--limit", str(args.questions),
         "--questions-per-iteration", str(args.questions), "--rollout.group-size", str(args.group_size),
         "--rollout.max-tokens", str(args.max_tokens), "--iterations", str(args.iterations),

@@ -348,6 +348,7 @@ def ppo(
                 threads=cfg.model.threads,
                 progress=cfg.progress,
                 rollout={**ROLLOUT_SETTINGS, "group_size": 2, "temperature": 1.0, "top_p": 0.9},
+                selector_constrained=False,  # as the demo's evaluations run the Selector
                 ppo={
                     "advantage": "grpo",
                     "lr": 1e-5,
