@@ -13,7 +13,7 @@ from ragteam.train.advantages import (
     normalize,
     register_advantage,
 )
-from ragteam.train.experience import Sample, group_ids
+from ragteam.train.experience import Sample, group_ids, informative
 
 
 def t(x) -> torch.Tensor:
@@ -158,3 +158,19 @@ def test_registry_errors():
         get_advantage("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_advantage("gae")(gae)
+
+
+def test_groups_that_scored_alike_are_uninformative_unless_their_fork_differs():
+    def sample(episode: str, group: str, reward: float, parent: int | None = None) -> Sample:
+        return Sample(episode, 0, "actor", [1], [2], reward, group=group, parent=parent)
+
+    samples = [
+        sample("a#0", "a", 1.0),  # question a: 1 vs 0, informative
+        sample("a#1", "a", 0.0),
+        sample("b#0", "b", 0.5),  # question b: both 0.5, nothing to compare
+        sample("b#1", "b", 0.5),
+        sample("c", "c", 0.0, parent=4),  # question c: one episode, but a fork whose branches differ
+        sample("c", "c", 1.0, parent=4),
+        sample("d", "d", 1.0),  # alone
+    ]
+    assert informative(samples) == [True, True, False, False, True, True, False]

@@ -521,7 +521,7 @@ def test_a_group_estimator_trains_without_a_critic_on_groups_of_episodes(
             iterations=1,
             rollout={"group_size": 3},
             ppo={**tiny_cfg(hotpot_small, tmp_path).ppo.model_dump(), "advantage": "grpo",
-                 "train_roles": ["generator"], "normalize": "none"},
+                 "train_roles": ["generator"], "normalize": "none", "skip_uninformative": False},
         )
     )  # fmt: skip
     run = ppo.start(cfg)

@@ -145,6 +145,26 @@ def group_ids(samples: Sequence[Sample]) -> tuple[Tensor, Tensor, Tensor]:
     return index, siblings, ids([s.role for s in samples])
 
 
+def informative(samples: Sequence[Sample]) -> list[bool]:
+    """Per sample: does a group baseline learn anything from it? True when the other samples of its
+    question group, or of its fork, were credited differently. A group whose samples all scored alike gets
+    advantage 0 from every group estimator (so no gradient), and GRPO's division by the group's std would
+    blow tiny KL differences up to +-1: DAPO's dynamic sampling drops such groups before the update."""
+    index, siblings, _ = group_ids(samples)
+    spread: dict[tuple[str, int], tuple[float, float]] = {}
+    for kind, ids in (("q", index), ("f", siblings)):
+        for s, g in zip(samples, ids.tolist()):
+            if g >= 0:
+                lo, hi = spread.get((kind, g), (s.reward, s.reward))
+                spread[(kind, g)] = (min(lo, s.reward), max(hi, s.reward))
+
+    def differs(kind: str, g: int) -> bool:
+        lo, hi = spread.get((kind, g), (0.0, 0.0))
+        return g >= 0 and hi > lo
+
+    return [differs("q", q) or differs("f", f) for q, f in zip(index.tolist(), siblings.tolist())]
+
+
 @dataclass
 class Packed:
     """A forward batch of samples packed into rows, with the gather indices back to a [B, T] layout.

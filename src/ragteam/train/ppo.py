@@ -63,6 +63,7 @@ from ragteam.train.distributed import (
 from ragteam.train.experience import (
     Sample,
     group_ids,
+    informative,
     micro_batches,
     minibatches,
     pack_samples,
@@ -151,13 +152,19 @@ def credit(run: Run, episodes: list[Episode]) -> tuple[list[Sample], dict[str, i
 
 
 def trained(run: Run, samples: list[Sample], skipped: dict[str, int]) -> list[Sample]:
-    """The samples of the roles `--ppo.train-roles` trains (all when empty); the others are counted."""
-    roles = run.cfg.ppo.train_roles
-    if not roles:
-        return samples
-    kept = [s for s in samples if s.role in roles]
+    """The samples the update trains on, the others counted in `skipped`: those of the roles
+    `--ppo.train-roles` names (all when empty) and, under a group estimator, those of a group that scored
+    alike (`--ppo.skip-uninformative`: their advantage is 0, so scoring and back-propagating them buys
+    nothing)."""
+    opts = run.cfg.ppo
+    kept = [s for s in samples if s.role in opts.train_roles] if opts.train_roles else samples
     if len(kept) < len(samples):
         skipped["role_not_trained"] = len(samples) - len(kept)
+    if opts.skip_uninformative and get_advantage(opts.advantage).groups:
+        useful = [s for s, ok in zip(kept, informative(kept)) if ok]
+        if len(useful) < len(kept):
+            skipped["uninformative_group"] = len(kept) - len(useful)
+        kept = useful
     return kept
 
 

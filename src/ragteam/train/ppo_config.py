@@ -39,6 +39,11 @@ class PPOOptions(LoraFields):
         description="whiten advantages over the iteration's trained tokens (global), over each role's own "
         "tokens (role: one shared policy, roles of different reward scales), or not at all (none)",
     )
+    skip_uninformative: bool = Field(
+        True,
+        description="group estimators: leave out of the update the samples of a question group (and fork) "
+        "that all scored alike, whose advantage is 0 (DAPO's dynamic-sampling filter, without resampling)",
+    )
     train_roles: list[str] = Field(
         default_factory=list,
         description="roles whose acts are trained (empty: all); the others still act, and are left out of "
