@@ -83,7 +83,8 @@ def test_minibatches_respect_the_token_budget_and_the_seed() -> None:
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_packaged_recipe_is_a_valid_config(name: str, tmp_path: Path) -> None:
-    cfg = with_recipe(PPOConfig(recipe=name, data="q.jsonl", out=str(tmp_path)))
+    critic = {"model": "prm"} if name == "gym" else {}  # RAG-Gym's PPO needs its process reward model
+    cfg = with_recipe(PPOConfig(recipe=name, data="q.jsonl", out=str(tmp_path), critic=critic))
     assert cfg.rollout.temperature == 1.0
     get_credit(cfg.ppo.credit)
 
@@ -579,3 +580,16 @@ def test_a_runaway_role_is_warned_about() -> None:
     assert runaway(run, {"roles": {"generator": {"entropy": 1.4, "length": 5.2, "kl": 0.0}}}) == []
     warned = runaway(run, {"roles": {"generator": {"entropy": 3.3, "length": 19.5, "kl": 0.6}}})
     assert len(warned) == 3 and all(w.startswith("generator:") for w in warned)
+
+
+def test_target_kl_stops_the_update_once_the_policy_has_moved(hotpot_small: Path, tmp_path: Path) -> None:
+    """The first step starts at ratio 1 (KL 0) and is taken; the next minibatch already measures the move
+    and, with a target of ~0, stops the update there."""
+    from ragteam.train import ppo
+
+    base = tiny_cfg(hotpot_small, tmp_path / "out", iterations=1).ppo.model_dump()
+    base |= {"target_kl": 1e-9, "epochs": 3, "minibatch_tokens": 64, "lr": 1e-3, "ent_coef": 1.0}  # it moves
+    run = ppo.start(with_recipe(tiny_cfg(hotpot_small, tmp_path / "out", iterations=1, ppo=base)))
+    samples, _ = ppo.credit(run, ppo.rollout(run, 0))
+    overall, _ = ppo.update(run, ppo.advantages(run, samples), 0).means()
+    assert overall["optimizer_steps"] == 1 and overall["early_stop_kl"] > 0

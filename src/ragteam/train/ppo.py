@@ -10,8 +10,10 @@ Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
                  sampling at the recipe's temperature: K episodes per question (`--rollout.group-size`),
                  C-3PO's tree where the recipe forks; every act's prompt ids, completion ids, log-probs;
 2. credit      - a registered credit function (`ragteam.credit`: outcome, tree_mc, tree_mean, mmoa,
-                 process) turns each tree into one reward per policy node; each credited node of a trained
-                 role (`--ppo.train-roles`) becomes a `Sample`;
+                 process) turns each tree into one reward per policy node (with `--ppo.process-reward
+                 critic`, the gym recipe, each act is first scored by the process reward model
+                 `--critic.model`: RAG-Gym's r(s, a)); each credited node of a trained role
+                 (`--ppo.train-roles`) becomes a `Sample`;
 3. advantages  - one pass without gradients: old log-probs (and values, with a critic) under the current
                  weights, reference log-probs under the frozen start, all at the sampling temperature; the
                  node's reward at its last token minus beta * KL at every token (`token_rewards`); then
@@ -143,10 +145,27 @@ def judge_leaves(run: Run, episodes: list[Episode]) -> None:
         leaf.rewards["judge"] = v
 
 
+def score_acts(run: Run, episodes: list[Episode]) -> None:
+    """`--ppo.process-reward critic` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
+    `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
+    the critic scores candidates at inference (`CriticScorer`), in one batched call per iteration; the
+    `process` credit then gives each act its own score."""
+    from ragteam.llm.critic import CriticModel
+
+    if run.prm is None:
+        run.prm = CriticModel.from_config(run.cfg.critic)
+    acts = [n for ep in episodes for n in ep.policy_nodes() if n.messages is not None]
+    scores = run.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
+    for node, value in zip(acts, scores):
+        node.score = float(value)
+
+
 def credit(run: Run, episodes: list[Episode]) -> tuple[list[Sample], dict[str, int]]:
     """Phase 2: one reward per policy node (the recipe's credit function), one Sample per credited node."""
     if run.cfg.ppo.reward == "judge":
         judge_leaves(run, episodes)
+    if run.cfg.ppo.process_reward == "critic":
+        score_acts(run, episodes)
     fn = get_credit(run.cfg.ppo.credit)
     return samples_from_episodes(episodes, fn, run.cfg.ppo.reward, max_tokens=run.cfg.ppo.max_sample_tokens)
 
@@ -231,6 +250,9 @@ def _logprob_drift(samples: list[Sample], old_logp: Tensor) -> float | None:
 
 def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
     """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per role.
+    With `--ppo.target-kl`, the update stops before a step once a minibatch's KL(old || current) per token
+    passes 1.5 x the target (as Stable-Baselines3 does): Adam moves every weight by about the learning rate
+    whatever the batch, so on a few samples one step can already move the policy a long way.
 
     Under torchrun each rank takes a token-balanced share of every minibatch; its loss is scaled by the
     world size because DDP averages the ranks' gradients, so the gradient is the token mean over the whole
@@ -243,10 +265,14 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
     lengths = [s.length for s in exp.samples]
     if cfg.gradient_checkpointing:
         run.ac.policy.train()
+    steps_taken, stopped = 0, False
     for _ in range(cfg.epochs):
+        if stopped:
+            break
         for mb in minibatches(exp.samples, cfg.minibatch_tokens, generator=gen):
             run.optimizer.zero_grad(set_to_none=True)
             mb_tokens = exp.mask[mb].sum().clamp_min(1)
+            drift = torch.zeros(1, device=dev)  # this minibatch's sum of k3 KL(old || current) over tokens
             split = [
                 micro_batches(exp.samples, part, cfg.micro_tokens)
                 for part in split_tokens(mb, lengths, dist.world)
@@ -265,22 +291,35 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
                 with no_sync(run.model, last=k == steps - 1):
                     out = run.model(batch, entropy=True)
                     pg, _ = pg_loss(out.logp, old, adv, batch.mask, clip=cfg.clip)
+                    with torch.no_grad():
+                        r = (out.logp - old) * batch.mask
+                        drift += ((torch.expm1(r) - r) * batch.mask).sum() * (weight > 0)
                     loss = pg - cfg.ent_coef * masked_mean(out.entropy, batch.mask)
                     if old_v is not None:
                         loss = (
                             loss
                             + cfg.vf_coef
-                            * value_loss(out.values, old_v, ret, batch.mask, clip=cfg.value_clip)[0]
+                            * value_loss(
+                                out.values, old_v, ret, batch.mask, clip=cfg.value_clip, kind=cfg.value_loss
+                            )[0]
                         )
                     # token mean over the whole minibatch (all ranks' shares)
                     (loss * batch.mask.sum() / mb_tokens * weight).backward()
                 if weight:
                     _role_stats(meters, batch, out, old, adv, ret, old_v, cfg, pg_loss)
+            dist.sum_(drift)
+            if cfg.target_kl is not None and float(drift) / float(mb_tokens) > 1.5 * cfg.target_kl:
+                # the policy already moved this far from the rollout's: no more steps this iteration
+                meters.add(None, "early_stop_kl", float(drift) / float(mb_tokens))
+                stopped = True
+                break
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             run.optimizer.step()
+            steps_taken += 1
             if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
                 norm = norm.full_tensor()
             meters.add(None, "grad_norm", float(norm))
+    meters.add(None, "optimizer_steps", steps_taken)
     run.ac.eval()
     run.scheduler.step()
     return merge_meters(meters, dist)
@@ -310,7 +349,7 @@ def _role_stats(meters: RoleMeters, batch, out, old, adv, ret, old_v, cfg, pg_lo
             "advantage_abs": masked_mean(adv.abs(), m).item(),
         }
         if old_v is not None:
-            vf, vstats = value_loss(out.values, old_v, ret, m, clip=cfg.value_clip)
+            vf, vstats = value_loss(out.values, old_v, ret, m, clip=cfg.value_clip, kind=cfg.value_loss)
             stats |= {"value_loss": vf.item(), "value_clip_frac": vstats["clip_frac"]}
         for name, value in stats.items():
             meters.add(role, name, value, n)

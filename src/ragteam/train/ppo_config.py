@@ -1,6 +1,6 @@
 """`ragteam train ppo`'s settings: the run (workflow, models, retriever, rollout), the schedule, PPO's knobs.
 
-Precedence: field defaults < the recipe (`--recipe c3po|mmoa|gym|c3po-no-tree` or a YAML file) <
+Precedence: field defaults < the recipe (`--recipe c3po|mmoa|gym|gym-outcome|c3po-no-tree` or a YAML file) <
 `--config FILE` < flags. Recipes live in `ragteam/train/recipes/` and say where each value comes from.
 """
 
@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from ragteam.config import ConfigError
 from ragteam.eval.run import JudgeConfig
 from ragteam.eval.setup import RunConfig
+from ragteam.llm.critic import CriticConfig
 from ragteam.train.common import LoraFields
 
 
@@ -54,8 +55,20 @@ class PPOOptions(LoraFields):
         description="the answer's reward: f1, em, cover_em against the gold answers, or judge (1/0 from the "
         "LLM judge at --judge.base-url, every answer leaf of an iteration judged in one batch)",
     )
+    process_reward: Literal["none", "critic"] = Field(
+        "none",
+        description="critic: every policy act's reward is the process reward model's score r(s, a) of its "
+        "state and reply (--critic.model, one batched call per iteration), set as the node's score and "
+        "credited by --ppo.credit process (RAG-Gym's PPO, section 2.2.2; the gym recipe); none: rewards "
+        "come from the answer leaves (--ppo.reward)",
+    )
     clip: float = Field(0.2, gt=0, description="policy ratio clip range epsilon")
     value_clip: float = Field(0.2, gt=0, description="value clip range around the old value")
+    value_loss: Literal["clipped", "mse"] = Field(
+        "clipped",
+        description="the critic's loss: clipped (PPO2, MMOA-RAG eq. 17: max of the clipped and unclipped "
+        "squared errors, --ppo.value-clip) or mse (C-3PO eq. 10: the plain squared error; the c3po recipe)",
+    )
     gamma: float = Field(1.0, ge=0, le=1, description="GAE discount over an act's tokens")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     vf_coef: float = Field(0.1, ge=0, description="value loss coefficient (MMOA-RAG's alpha)")
@@ -91,6 +104,12 @@ class PPOOptions(LoraFields):
     warmup_iterations: int = Field(0, ge=0, description="linear warm-up iterations")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0, description="gradient norm clip")
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="stop an iteration's update before the step at which a minibatch's KL(old || current) "
+        "per token passes 1.5 x this (none: every epoch runs)",
+    )
     shared_critic: bool = Field(
         False, description="value head on the policy's trunk (half the memory) instead of a separate critic"
     )
@@ -129,7 +148,9 @@ class PPOConfig(RunConfig):
     """Multi-agent PPO of one policy over a workflow's roles (`ragteam train ppo`)."""
 
     recipe: str | None = Field(
-        None, description="c3po, mmoa, gym, c3po-no-tree, or a YAML file of settings (flags override it)"
+        None,
+        description="c3po, mmoa, gym (needs --critic.model), gym-outcome, c3po-no-tree, or a YAML file of "
+        "settings (flags override it)",
     )
     data: str = Field(description="training questions (any supported benchmark file)")
     format: str | None = Field(None, description="data format (default: detected)")
@@ -160,6 +181,11 @@ class PPOConfig(RunConfig):
     progress: bool = Field(True, description="progress bars")
     ppo: PPOOptions = Field(default_factory=PPOOptions)
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="the judge of --ppo.reward judge")
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig,
+        description="the process reward model (from `ragteam train critic`) whose score of each act is its "
+        "reward under --ppo.process-reward critic (--recipe gym); not the PPO value model (OUT/critic/)",
+    )
 
     @model_validator(mode="after")
     def _policy_is_the_trained_model(self) -> PPOConfig:
@@ -170,10 +196,21 @@ class PPOConfig(RunConfig):
             )
         if self.ppo.reward == "judge" and not self.judge.base_url:
             raise ValueError("ppo.reward=judge needs the judge's endpoint: --judge.base-url URL")
+        if self.ppo.process_reward == "critic" and not self.critic.model:
+            raise ValueError(
+                "ppo.process_reward=critic (the gym recipe: RAG-Gym's PPO against a process reward model) "
+                "needs the trained critic: --critic.model DIR (from `ragteam train critic`); "
+                "--recipe gym-outcome trains on the answer's outcome reward without one"
+            )
+        if self.ppo.process_reward == "critic" and self.ppo.credit != "process":
+            raise ValueError(
+                f"ppo.process_reward=critic sets each act's score, which only --ppo.credit process reads "
+                f"(got --ppo.credit {self.ppo.credit})"
+            )
         return self
 
 
-RECIPES = ("c3po", "mmoa", "gym", "c3po-no-tree")
+RECIPES = ("c3po", "mmoa", "gym", "gym-outcome", "c3po-no-tree")
 
 
 def recipe_path(recipe: str) -> Path:
