@@ -52,7 +52,7 @@ def command(args: argparse.Namespace, side: str, out: Path) -> list[str]:
     return [
         str(ROOT / ".venv" / "bin" / "ragteam"), "train", "ppo", "--recipe", "mmoa",
         "--variant", "s-g", "--candidates", str(args.candidates), "--data", str(args.data),
-        "--no-selector-constrained",  # the Selector's format is part of what is learned here
+        "--selector-constrained" if not args.unconstrained else "--no-selector-constrained",
         "--offset", str(args.offset), "--limit", str(args.questions),
         "--questions-per-iteration", str(args.questions), "--rollout.group-size", str(args.group_size),
         "--rollout.max-tokens", str(args.max_tokens), "--iterations", str(args.iterations),
@@ -126,6 +126,11 @@ def main() -> None:
     p.add_argument("--candidates", type=int, default=3, help="documents the Selector sees")
     p.add_argument("--max-tokens", type=int, default=48, help="tokens per act")
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument(
+        "--unconstrained",
+        action="store_true",
+        help="the Selector writes free text (default: its action space restricted as MMOA-RAG's eq. 5)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--trl-epochs", type=int, default=2, help="trl-grpo: passes per batch (num_iterations)")
     p.add_argument("--trl-updates", type=int, default=1, help="trl-grpo: optimizer steps per pass")

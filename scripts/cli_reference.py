@@ -58,7 +58,7 @@ See [quickstart.md](quickstart.md) for the commands in use and [concepts.md](con
 # What a table of defaults cannot say, by command.
 NOTES: dict[tuple[str, ...], str] = {
     ("train", "ppo"): (
-        " A recipe (`--recipe c3po|mmoa|gym|c3po-no-tree` or a YAML file) replaces the defaults below with "
+        " A recipe (`--recipe c3po|mmoa|gym|gym-outcome|c3po-no-tree` or a YAML file) replaces the defaults below with "
         "its own values; `--config` and flags override the recipe ([training.md](training.md#recipes))."
     ),
     ("collect",): " The first word after `collect` is `sft` or `process` (`WHAT`).",

@@ -506,7 +506,8 @@ def test_collect_process_gym_react_end_to_end(hotpot2, tmp_path, monkeypatch):
     import ragteam.rollout.select as select
 
     # The tiny LLM's ranking is noise (mostly ties): make it rank the candidates in order, so pairs exist.
-    monkeypatch.setattr(select, "parse_ranking", lambda text, n: [float(n - i) for i in range(n)])
+    in_order = lambda text, n: select.Ranking([float(n - i) for i in range(n)], list(range(n)))  # noqa: E731
+    monkeypatch.setattr(select, "parse_ranking", in_order)
     out = tmp_path / "react"
     args = ["--workflow", "gym:react", "--ranker", "llm", "--candidates", "3", "--accept", "f1>=0"]
     args += ["--keep-invalid"]  # the tiny model's replies never parse
@@ -518,6 +519,8 @@ def test_collect_process_gym_react_end_to_end(hotpot2, tmp_path, monkeypatch):
     expected = [p for ep in episodes.values() for p in process_pairs(ep, accept.predicate(ep), True)[0]]
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [(p.chosen, p.rejected) for p in expected]
     assert summary["pairs"] == len(pairs) >= 1 and summary["ranker"] == "llm" and summary["candidates"] == 3
+    ranking = summary["ranking"]  # every set ranked (the patched parser), and counted
+    assert ranking["sets"] == ranking["ranked"] == summary["engine_calls"]["select_sets"] >= 1
     assert len(read_pair_rows(out / "pairs.jsonl")) == len(pairs)
     for p in pairs:
         assert set(p) == {"role", "messages", "chosen", "rejected", "scores", "question_id"}
@@ -529,6 +532,18 @@ def test_collect_process_gym_react_end_to_end(hotpot2, tmp_path, monkeypatch):
         groups = sibling_groups(ep)
         assert groups and all(len(g) == 3 and sum(bool(n.chosen) for n in g) == 1 for g in groups)
     assert summary["groups"] == sum(len(sibling_groups(ep)) for ep in episodes.values())
+
+
+def test_collect_process_with_the_random_prm(hotpot2, tmp_path):
+    """`--ranker random` (RAG-Gym's Table 4 "PRM (Random)"): seeded uniform scores rank the candidates."""
+    out = tmp_path / "random"
+    args = ["--workflow", "gym:react", "--ranker", "random", "--candidates", "3", "--accept", "f1>=0"]
+    assert _collect("process", hotpot2, out, *args, "--keep-invalid", "--rollout.max-depth", "2") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    pairs = _jsonl(out / "pairs.jsonl")
+    assert summary["ranker"] == "random" and summary["pairs"] == len(pairs) >= 1
+    for p in pairs:
+        assert 1.0 > p["scores"]["chosen"] > p["scores"]["rejected"] >= 0.0
 
 
 def test_collect_sft_mmoa_end_to_end(hotpot2, tmp_path):

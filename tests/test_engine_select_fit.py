@@ -63,9 +63,10 @@ def test_keep_one_of_n_needs_a_scorer_and_a_failing_scorer_keeps_the_first():
 
 
 def test_parse_ranking_never_raises_and_scores_n_minus_rank():
-    assert parse_ranking("Ranking: 2, 1, 3", 3) == [2.0, 3.0, 1.0]
-    assert parse_ranking("I think 3 is best. Ranking: 3, 3, 9, 1", 3) == [2.0, 0.0, 3.0]
-    assert parse_ranking("no idea", 2) == [0.0, 0.0]
+    """Fig. 10's JSON (0-based indices); more cases in test_engine_best_of.py."""
+    assert parse_ranking('{"ranked_indices": [1, 0, 2]}', 3).scores == [2.0, 3.0, 1.0]
+    assert parse_ranking('I think 2 is best. {"ranked_indices": [2, 2, 9, 0]}', 3).scores == [2.0, 0.0, 3.0]
+    assert parse_ranking("no idea", 2).scores == [0.0, 0.0]
 
 
 # ---------------------------------------------------------------------- fitting to the context

@@ -330,11 +330,22 @@ def test_logprobs_payload_shape(tiny, server):
     assert without["choices"][0]["logprobs"] is None
 
 
-def _vllm_like_app(rejects: frozenset[str] = frozenset()) -> FastAPI:
+def _vllm_like_app(rejects: frozenset[str] = frozenset(), tokenize: bool = False) -> FastAPI:
     """A server that answers like vLLM (continuation only, prefix counted as prompt), or like a server that
-    rejects the fields in `rejects` with a 400 naming them (OpenAI's 'Unrecognized request argument')."""
+    rejects the fields in `rejects` with a 400 naming them (OpenAI's 'Unrecognized request argument').
+    Canned: the prompt is [1, 2, 3], the reply "ok" = [7, 8] (or the one allowed id). `tokenize`: a vLLM
+    `/tokenize` that spells every prompt [3] and the chat template's end-of-turn 9."""
     app = FastAPI()
     app.state.bodies = []
+
+    if tokenize:
+
+        @app.post("/tokenize")
+        async def tokenize_route(request: Request):
+            body = await request.json()
+            if "messages" in body:  # the template writes 9 after an assistant message's content
+                return {"tokens": [1, 2] if body["continue_final_message"] else [1, 2, 9, 4]}
+            return {"tokens": [3]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -345,9 +356,17 @@ def _vllm_like_app(rejects: frozenset[str] = frozenset()) -> FastAPI:
             message = f"Unrecognized request argument supplied: {', '.join(unknown)}"
             return JSONResponse({"error": {"message": message}}, 400)
         as_ids = body.get("return_tokens_as_token_ids")
-        choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        allowed = body.get("allowed_token_ids")
+        content = "" if allowed else "ok"
+        choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
         if body.get("logprobs"):
-            tokens = ["token_id:7", "token_id:8"] if as_ids else ["o", "k"]
+            tokens = (
+                [f"token_id:{allowed[0]}"]
+                if allowed
+                else ["token_id:7", "token_id:8"]
+                if as_ids
+                else ["o", "k"]
+            )
             choice["logprobs"] = {
                 "content": [
                     {"token": t, "logprob": lp, "top_logprobs": []} for t, lp in zip(tokens, [-0.5, -0.25])
@@ -356,6 +375,12 @@ def _vllm_like_app(rejects: frozenset[str] = frozenset()) -> FastAPI:
         out = {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
         if body.get("return_token_ids"):
             out["prompt_token_ids"] = [1, 2, 3]
+        if body.get("prompt_logprobs") is not None:
+            out["prompt_logprobs"] = [
+                None,
+                {"2": {"logprob": -1.5}},
+                {"3": {"logprob": -2.0}, "5": {"logprob": -0.1}},
+            ]
         return out
 
     return app
@@ -364,23 +389,49 @@ def _vllm_like_app(rejects: frozenset[str] = frozenset()) -> FastAPI:
 def test_client_reads_vllm_ids_and_keeps_the_prefix_text():
     with BackgroundServer(_vllm_like_app()) as srv:
         model = OpenAIChatModel(srv.url, "m", retries=0)
+        [[p]] = model.chat([_req("q")])
+        assert p.text == "ok" and p.completion_ids == [7, 8] and p.logprobs == [-0.5, -0.25]
+        assert p.prompt_ids == [1, 2, 3] and p.forced_tokens == 0
         [[c]] = model.chat([ChatRequest([{"role": "user", "content": "q"}], Sampling(), prefix="A: ")])
-        assert c.text == "A: ok" and c.forced_tokens == 0  # vLLM: the prefix is prompt, content continues it
-        assert c.completion_ids == [7, 8] and c.logprobs == [-0.5, -0.25] and c.prompt_ids == [1, 2, 3]
-        [sent] = srv.app.state.bodies
+        # vLLM counts the prefix as prompt; without /tokenize its ids cannot be told from the prompt's, so the
+        # completion keeps its text and no ids (tests/test_forced_prefix_http.py: the exact record)
+        assert c.text == "A: ok" and c.forced_tokens == 0
+        assert c.completion_ids is None and c.logprobs is None and c.prompt_ids is None
+        sent = srv.app.state.bodies[-1]
         assert sent["messages"][-1] == {"role": "assistant", "content": "A: "}
         assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
         assert sent["logprobs"] is True and sent["top_logprobs"] == 0 and sent["return_token_ids"] is True
+        assert sent["prompt_logprobs"] == 0  # the prefix's log-probs, were its ids known
         bodies = srv.app.state.bodies
         closed = ChatRequest([{"role": "user", "content": "q"}], prefix="B", sample_after_prefix=False)
         [[b]] = model.chat([closed])  # a server that ignores sample_after_prefix samples one token
-        assert (
-            b.text == "Bok" and bodies[-1]["max_tokens"] == 1 and bodies[-1]["sample_after_prefix"] is False
-        )
+        assert b.text == "B" and b.completion_ids is None  # the reply asked for: the prefix alone
+        assert bodies[-1]["max_tokens"] == 1 and bodies[-1]["sample_after_prefix"] is False
+        assert "allowed_token_ids" not in bodies[-1]  # no /tokenize: end-of-turn unknown
         plain = OpenAIChatModel(srv.url, "m", retries=0, logprobs=False)
         [[p]] = plain.chat([_req("q")])
         assert p.text == "ok" and p.completion_ids is None and p.logprobs is None and p.prompt_ids is None
         assert not {"logprobs", "top_logprobs", "return_token_ids"} & set(bodies[-1])
+
+
+def test_client_records_a_vllm_forced_prefix_as_completion_tokens():
+    """With /tokenize: the prefix's ids move from the prompt to the head of the completion, their log-probs
+    from prompt_logprobs; a closed prefix asks end-of-turn as the only allowed token."""
+    with BackgroundServer(_vllm_like_app(tokenize=True)) as srv:
+        model = OpenAIChatModel(srv.url, "m", retries=0)
+        [[c]] = model.chat([ChatRequest([{"role": "user", "content": "q"}], Sampling(), prefix="A: ")])
+        assert c.text == "A: ok" and c.forced_tokens == 1 and c.prompt_ids == [1, 2]
+        assert c.completion_ids == [3, 7, 8] and c.logprobs == [-2.0, -0.5, -0.25]
+        assert c.prompt_tokens == 2 and c.completion_tokens == 3
+        closed = ChatRequest([{"role": "user", "content": "q"}], prefix="B", sample_after_prefix=False)
+        [[b]] = model.chat([closed])
+        assert srv.app.state.bodies[-1]["allowed_token_ids"] == [9]
+        assert b.text == "B" and b.finish_reason == "stop" and b.forced_tokens == 1
+        assert b.prompt_ids == [1, 2] and b.completion_ids == [3, 9] and b.logprobs == [-2.0, -0.5]
+        # the prefixes "A: " and "B", and one message rendered open and closed (end-of-turn): then cached
+        assert model.stats["tokenize_calls"] == 4
+        model.chat([closed])
+        assert model.stats["tokenize_calls"] == 4
 
 
 @pytest.mark.parametrize(

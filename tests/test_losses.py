@@ -125,6 +125,39 @@ def test_value_loss_clipped_and_unclipped_tokens():
     close(values.grad, [[0.0, -0.25, 0.0]])
 
 
+def test_value_loss_mse_is_the_plain_squared_error_c3po_eq_10():
+    values = t([[0.9, 0.5, 9.0]]).requires_grad_()
+    old = t([[0.0, 0.4, 0.0]])
+    returns = t([[1.0, 1.0, 0.0]])
+    mask = t([[1, 1, 0]])
+    loss, stats = value_loss(values, old, returns, mask, clip=0.2, kind="mse")
+    # no clip: t0 (0.9 - 1)^2 = 0.01, t1 (0.5 - 1)^2 = 0.25 -> 0.5 * (0.01 + 0.25) / 2 = 0.065
+    close(loss, 0.065)
+    assert stats["clip_frac"] == 0.0
+    loss.backward()
+    # every trained token has a gradient, the one the clipped loss cut off included:
+    # d/dV 0.5 * (V - R)^2 / 2 = (V - R) / 2 -> t0 -0.05, t1 -0.25, the masked token 0
+    close(values.grad, [[-0.05, -0.25, 0.0]])
+    # the old values play no part; a clip range wider than every error makes `clipped` the same loss
+    assert value_loss(values, old + 5.0, returns, mask, kind="mse")[0].item() == pytest.approx(0.065)
+    assert value_loss(values, old, returns, mask, clip=100.0)[0].item() == pytest.approx(0.065)
+    with pytest.raises(ValueError, match="unknown value loss 'huber'.*clipped, mse"):
+        value_loss(values, old, returns, mask, kind="huber")
+
+
+def test_the_value_loss_is_a_ppo_setting_and_the_c3po_recipe_uses_mse():
+    from ragteam.train.ppo_config import PPOConfig, PPOOptions, with_recipe
+
+    assert PPOOptions().value_loss == "clipped" and PPOOptions(value_loss="mse").value_loss == "mse"
+    with pytest.raises(ValueError):
+        PPOOptions(value_loss="huber")
+    names = ("c3po", "c3po-no-tree", "mmoa")
+    recipe = {name: with_recipe(PPOConfig(recipe=name, data="d", out="o")).ppo.value_loss for name in names}
+    assert recipe["c3po"] == recipe["c3po-no-tree"] == "mse" and recipe["mmoa"] == "clipped"
+    flag = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", ppo={"value_loss": "clipped"}))
+    assert flag.ppo.value_loss == "clipped"  # a flag wins over the recipe
+
+
 def test_entropy_logprobs_and_nll():
     logits = t([[[0.0, 0.0], [0.0, math.log(3.0)]]])
     # uniform over 2: ln 2

@@ -557,7 +557,7 @@ def test_log_probs_are_scored_at_the_sampling_temperature(tiny_run) -> None:
     from ragteam.train.actor_critic import completion_logprobs
 
     run, _, samples, _ = tiny_run
-    s = samples[0]
+    s = next(x for x in samples if not x.allowed_ids)  # an unconstrained act (the Selector's is masked)
     hot = Sample(**{**s.__dict__, "temperature": 0.5})
     with torch.no_grad():
         at_one = completion_logprobs(run.ac.policy, pack_samples([s]))[0][0, : len(s.completion_ids)]
@@ -593,3 +593,26 @@ def test_target_kl_stops_the_update_once_the_policy_has_moved(hotpot_small: Path
     samples, _ = ppo.credit(run, ppo.rollout(run, 0))
     overall, _ = ppo.update(run, ppo.advantages(run, samples), 0).means()
     assert overall["optimizer_steps"] == 1 and overall["early_stop_kl"] > 0
+
+
+def test_the_value_loss_setting_reaches_the_update(tiny_run, monkeypatch) -> None:
+    """`--ppo.value-loss mse` (C-3PO eq. 10) is the loss the update trains and logs: no token clipped."""
+    from ragteam.train import losses, ppo
+
+    run, _, samples, _ = tiny_run
+    kinds: list[str] = []
+
+    def spy(*args, **kwargs):
+        kinds.append(kwargs.get("kind", "clipped"))
+        return losses.value_loss(*args, **kwargs)
+
+    monkeypatch.setattr(ppo, "value_loss", spy)
+    exp = ppo.advantages(run, samples)
+    before = run.cfg.ppo
+    run.cfg.ppo = before.model_copy(update={"value_loss": "mse", "value_clip": 1e-6})
+    try:
+        overall, roles = ppo.update(run, exp, 0).means()
+    finally:
+        run.cfg.ppo = before
+    assert kinds and set(kinds) == {"mse"}  # the loss of the update and of the per-role statistics
+    assert overall["value_clip_frac"] == 0.0 and overall["value_loss"] > 0

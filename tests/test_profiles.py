@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_engine import questions
+from test_engine import CountingModel, CountingRetriever, questions
 from test_engine_select_fit import READER, SmallContext, _docs, _words
 
 from ragteam.collect.config import CollectConfig
@@ -133,7 +133,7 @@ def test_profile_values_are_not_marked_as_set():
 
 
 def test_a_recipe_wins_over_the_profile_which_fills_the_rest():
-    cfg = with_recipe(PPOConfig(recipe="gym", data="d", out="o", profile="paper"))
+    cfg = with_recipe(PPOConfig(recipe="gym", data="d", out="o", profile="paper", critic={"model": "prm"}))
     assert cfg.workflow == "gym:re2search" and cfg.rollout.temperature == 1.0  # the recipe's
     assert (cfg.topk, cfg.last_step, cfg.rollout.max_tokens) == (32, "same", 2048)  # the profile's
     flag = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", profile="paper", max_rounds=4))
@@ -208,3 +208,73 @@ def test_the_engine_caps_policy_prompts_and_the_stats_count_the_cuts():
     section = "\n".join(truncation_section(stats))
     assert "## Cut to fit" in section and "| policy | reader | 2 | 2 | 1 | 0 |" in section
     assert truncation_section(truncation_stats([])) == []  # nothing cut: no section
+
+
+# ---------------------------------------------------------------------- no silent cuts under `paper`
+
+
+class Replies(CountingModel):
+    """A counting model that always replies `text` (and records each request's sampling)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        self.requests += list(requests)
+        return [[Completion(self.text, completion_tokens=3, prompt_tokens=5)] for _ in requests]
+
+
+def budgets(workflow: str, profile: str, policy_text: str, **settings) -> tuple[dict, dict]:
+    """{role: max_tokens} of every policy act and LLM call of one episode of `workflow` under `profile`."""
+    cfg = RunConfig(workflow=workflow, profile=profile, **settings)
+    policy, llm = Replies(policy_text), Replies("Paris")
+    engine = Engine(policy, llm, CountingRetriever(), cfg.rollout)
+    (ep,) = engine.run(build_workflow(cfg), questions("Which city is the capital of France?")).episodes
+    assert ep.status == "ok"
+    acts = {n.role: n.sampling["max_tokens"] for n in ep.policy_nodes()}
+    calls = {n.role: n.sampling["max_tokens"] for n in ep.nodes if n.kind == "llm"}
+    return acts, calls
+
+
+def test_paper_gives_c3po_acts_and_llm_calls_table_7s_2048_tokens():
+    # "[Planning]" from every act: the router plans, the decider's invalid reply searches the question,
+    # the filter keeps every document, the next decider hands over to the LLM (the fallbacks)
+    acts, calls = budgets("c3po", "paper", "[Planning]")
+    assert set(acts) == {"router", "decider", "filter"} and set(calls) == {"roadmap", "answer"}
+    assert set(acts.values()) == {2048} and set(calls.values()) == {2048}
+    acts, calls = budgets("c3po", "small", "[Planning]")  # the old budgets, unchanged
+    assert acts == {"router": 64, "decider": 256, "filter": 256} and calls == {"roadmap": 128, "answer": 128}
+    acts, _ = budgets("c3po", "paper", "[Planning]", role_caps=True)  # a flag still wins
+    assert acts["router"] == 64
+
+
+def test_paper_gives_rag_gym_summaries_and_the_direct_answer_2048_tokens():
+    _, calls = budgets("gym:search-o1", "paper", "Search[capital of France]", max_steps=2)
+    assert calls == {"summary": 2048}
+    _, calls = budgets("gym:search-o1", "small", "Search[capital of France]", max_steps=2)
+    assert calls == {"summary": 128}
+    assert budgets("gym:direct", "paper", "Finish[Paris]")[0] == {"actor": 2048}
+    assert budgets("gym:direct", "small", "Finish[Paris]")[0] == {"actor": 64}
+    _, calls = budgets("standard-rag", "paper", "")
+    assert calls == {"answer": 2048}  # the baselines answer under the same budget as c3po's LLM
+
+
+def test_the_c3po_recipe_under_paper_keeps_the_2048_budgets():
+    cfg = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", profile="paper"))
+    r = cfg.rollout
+    assert (r.max_tokens, r.llm_max_tokens, cfg.role_caps) == (2048, 2048, False)
+    assert cfg.ppo.value_loss == "mse" and cfg.ppo.max_sample_tokens == 4096
+    small = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))
+    assert (small.rollout.max_tokens, small.rollout.llm_max_tokens, small.role_caps) == (256, 128, True)
+
+
+def test_paper_names_the_retriever_it_substitutes_and_how_to_point_at_the_papers():
+    for fam, encoder in (("c3po", "contriever-msmarco"), ("mmoa", "Contriever"), ("gym", "BGE-Base")):
+        (row,) = [s for s in profiles.PAPER[fam] if s.key == "retriever.dense_model"]
+        assert row.value is None and encoder in row.source and "all-MiniLM-L6-v2" in row.source
+        assert "--retriever.dense-model DIR" in row.source
+    c3po = {s.key: s.source for s in profiles.PAPER["c3po"]}["retriever.dense_model"]
+    assert "--retriever.pooling mean --no-retriever.normalize" in c3po
+    gym = {s.key: s.source for s in profiles.PAPER["gym"]}["retriever.dense_model"]
+    assert "Represent this sentence for searching relevant passages: " in gym

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,126 @@ def test_rows_longer_than_max_length_are_dropped_and_named(tmp_path: Path, capsy
 def test_resume_without_checkpoint_is_an_error(sft_file: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no checkpoint"):
         train_sft(tiny_cfg(sft_file, tmp_path / "empty", max_steps=1, resume=True))
+
+
+# ---- schedules and presets -------------------------------------------------------------------------------
+
+
+def test_cosine_schedule_warms_up_then_follows_half_a_cosine(sft_file: Path, tmp_path: Path) -> None:
+    """8 steps, warm-up ratio 0.25 -> ceil(8 * 0.25) = 2 warm-up steps, peak 1e-3. Step s trains at lr(s - 1):
+    lr(t) = peak * t / 2 for t < 2, else peak * 0.5 * (1 + cos(pi * (t - 2) / 6))."""
+    cfg = tiny_cfg(sft_file, tmp_path / "cos", max_steps=8, lr=1e-3, lr_schedule="cosine", warmup_ratio=0.25)
+    out = train_sft(cfg)
+    lrs = {r["step"]: r["learning_rate"] for r in read_log(out) if "learning_rate" in r}
+    expected = {
+        1: 0.0,  # lr(0): warm-up starts at 0
+        2: 0.5e-3,  # lr(1) = peak / 2
+        3: 1e-3,  # lr(2): the peak
+        4: 0.5 * (1 + math.sqrt(3) / 2) * 1e-3,  # cos(pi / 6) = sqrt(3) / 2: 0.9330e-3
+        5: 0.75e-3,  # cos(pi / 3) = 1/2
+        6: 0.5e-3,  # cos(pi / 2) = 0
+        7: 0.25e-3,  # cos(2 pi / 3) = -1/2
+        8: 0.5 * (1 - math.sqrt(3) / 2) * 1e-3,  # cos(5 pi / 6): 0.0670e-3
+    }
+    assert lrs == pytest.approx(expected, abs=1e-9)
+    assert yaml.safe_load((out / "config.yaml").read_text())["config"]["lr_schedule"] == "cosine"
+
+
+def test_schedules_and_warm_up_reach_the_trainer_arguments(tmp_path: Path) -> None:
+    from transformers import TrainingArguments
+
+    from ragteam.train.common import trainer_arguments
+
+    def args(**kw) -> TrainingArguments:
+        return TrainingArguments(**trainer_arguments(tiny_cfg(tmp_path, tmp_path / "o", **kw), 1e-3))
+
+    c3po = args(lr_schedule="cosine", warmup_ratio=0.03)
+    assert c3po.lr_scheduler_type == "cosine" and c3po.get_warmup_steps(100) == 3  # ceil(100 * 0.03)
+    assert args().lr_scheduler_type == "linear" and args().get_warmup_steps(100) == 0  # the old default
+    assert args(warmup_steps=5).get_warmup_steps(100) == 5
+    assert args(lr_schedule="constant", warmup_steps=5).lr_scheduler_type == "constant_with_warmup"
+    with pytest.raises(ValueError, match="give one of the two"):
+        tiny_cfg(tmp_path, tmp_path / "o", warmup_steps=5, warmup_ratio=0.1)
+
+
+def test_presets_hold_the_papers_values() -> None:
+    from ragteam.train.sft import PRESETS, preset_values
+
+    assert preset_values("c3po") == {
+        "lr": 4e-5,  # Table 6
+        "epochs": 3,
+        "lr_schedule": "cosine",
+        "warmup_ratio": 0.03,
+        "max_length": 4096,  # cutoff length
+    }
+    assert preset_values("rag-gym") == {
+        "lora": True,  # E.2
+        "lora_r": 256,
+        "lora_alpha": 512,
+        "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"],  # all attention components
+    }
+    assert all(s.source.strip() for rows in PRESETS.values() for s in rows)
+    from typing import get_args
+
+    from ragteam.cli.train_sft import Config
+
+    assert set(get_args(get_args(Config.model_fields["preset"].annotation)[0])) == set(PRESETS)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
+    from ragteam.train.sft import preset_table
+
+    assert preset_table() in text, (
+        "regenerate the table in docs/training.md: ragteam.train.sft.preset_table()"
+    )
+
+
+def test_flags_and_config_files_override_a_preset(tmp_path: Path) -> None:
+    from ragteam.cli.train_sft import Config
+    from ragteam.config import ConfigError, load_config
+    from ragteam.train.sft import with_preset
+
+    base = {"data": "d", "out": "o"}
+    plain = with_preset(load_config(Config, overrides=base))
+    assert (plain.lr, plain.epochs, plain.lr_schedule, plain.lora) == (
+        None,
+        1.0,
+        "linear",
+        False,
+    )  # no preset
+    c3po = with_preset(load_config(Config, overrides=base | {"preset": "c3po", "lr": 1e-5, "epochs": 1}))
+    assert (c3po.lr, c3po.epochs) == (1e-5, 1.0)  # the flags
+    assert (c3po.lr_schedule, c3po.warmup_ratio, c3po.max_length) == ("cosine", 0.03, 4096)  # the preset
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: rag-gym\nlora_r: 64\n")
+    gym = with_preset(load_config(Config, path, base | {"lora_alpha": 128}))
+    assert (gym.lora, gym.lora_r, gym.lora_alpha) == (True, 64, 128)  # file and flag over the preset
+    assert gym.lora_targets == ["q_proj", "k_proj", "v_proj", "o_proj"] and gym.lr_schedule == "linear"
+    with pytest.raises(ConfigError):
+        load_config(Config, overrides=base | {"preset": "mmoa"})
+    steps = with_preset(load_config(Config, overrides=base | {"preset": "c3po", "warmup_steps": 10}))
+    assert (steps.warmup_steps, steps.warmup_ratio, steps.lr) == (10, 0.0, 4e-5)  # the flag's warm-up wins
+    with pytest.raises(ConfigError, match="give one of the two"):
+        load_config(Config, overrides=base | {"warmup_ratio": 0.1, "warmup_steps": 10})
+
+
+def test_train_sft_preset_runs_from_the_command_line(sft_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gym"
+    flags = ["--data", str(sft_file), "--out", str(out), "--init", "tiny", "--device", "cpu", "--no-progress"]
+    flags += [
+        "--preset",
+        "rag-gym",
+        "--lora-r",
+        "4",
+        "--lora-alpha",
+        "8",
+        "--max-steps",
+        "1",
+        "--max-length",
+        "256",
+    ]
+    assert main(["train", "sft", *flags]) == 0
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"]) == (4, 8)
+    assert sorted(adapter["target_modules"]) == ["k_proj", "o_proj", "q_proj", "v_proj"]
 
 
 # ---- bad data --------------------------------------------------------------------------------------------

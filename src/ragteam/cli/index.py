@@ -4,9 +4,12 @@
     ragteam index --data hotpotqa-dev-500.jsonl --out indexes/hotpot --kinds bm25
     ragteam index --corpus psgs_w100.tsv --out indexes/wiki --dense.index ivf --dense.dtype float16
     ragteam index --out indexes/wiki --kinds dense --dense.part 3/8 --dense.device cuda   # one GPU's share
+    ragteam index --corpus psgs.jsonl --out indexes/contriever --dense.model DIR --dense.pooling mean \
+        --no-dense.normalize                                  # another encoder (docs/byo.md): Contriever
 
-The folder holds the passages (docs.jsonl), a tantivy BM25 index and/or all-MiniLM-L6-v2 embeddings in
-shards, optionally a faiss IVF or HNSW index, and a manifest; `ragteam search` and `ragteam serve retriever`
+The folder holds the passages (docs.jsonl), a tantivy BM25 index and/or dense embeddings in shards
+(all-MiniLM-L6-v2, or the `--dense.model` folder with its pooling, recorded for the queries), optionally a
+faiss IVF or HNSW index, and a manifest; `ragteam search` and `ragteam serve retriever`
 open it. A corpus file is streamed (memory stays bounded for millions of passages; docs/scaling.md). Without
 --corpus or --data, the kinds are added to the existing folder --out (its passages are already there).
 """

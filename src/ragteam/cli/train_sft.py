@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from ragteam.cli.train import OVERWRITE_HELP, common, run_trainer
@@ -12,11 +14,18 @@ from ragteam.train.sft import SFTOptions
 class Config(TrainConfig):
     """Fine-tune the policy on target replies (sft.jsonl rows; formats in `ragteam.train.data`)."""
 
+    preset: Literal["c3po", "rag-gym"] | None = Field(
+        None,
+        description="a paper's SFT values (docs/training.md): c3po (Table 6: lr 4e-5, 3 epochs, cosine, "
+        "warm-up ratio 0.03, 4096 tokens) or rag-gym (E.2: LoRA r 256, alpha 512 on the attention "
+        "projections); flags and --config override it",
+    )
     sft: SFTOptions = Field(default_factory=SFTOptions)
     overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
 
 def run(cfg: Config) -> int:
-    from ragteam.train.sft import train_sft
+    from ragteam.train.sft import train_sft, with_preset
 
+    cfg = with_preset(cfg)
     return run_trainer("sft", cfg, lambda: train_sft(common(cfg), cfg.sft))

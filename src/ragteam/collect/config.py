@@ -89,10 +89,12 @@ class CollectConfig(WorkflowConfig):
         description=f"process: N candidate actions per act (default {DEFAULT_N}); sft --workflow mmoa: the "
         f"Selector's K candidates (default {DEFAULT_K})",
     )
-    ranker: Literal["llm", "rollout", "critic"] = Field(
+    ranker: Literal["llm", "rollout", "critic", "random", "outcome"] = Field(
         "llm",
-        description="process: who ranks the candidates: llm (the LLM server with a rubric), rollout (mean "
-        "reward of Monte Carlo rollouts), critic (--critic.model)",
+        description="process: who ranks the candidates (RAG-Gym's Table 4 sources): llm (the LLM server with "
+        "Fig. 10's criteria, JSON ranked_indices), rollout (mean reward of Monte Carlo rollouts), critic "
+        "(--critic.model), random (seeded uniform scores: the random PRM), outcome (a candidate's own "
+        "outcome: its answer's reward when it ends the episode, else 0: data for an outcome reward model)",
     )
     keep_invalid: bool = Field(
         False,

@@ -245,6 +245,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     run = open_run(cfg, f"collect {cfg.what}", RESUME_IGNORED, log)
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
     calls: dict[str, int] = {}
+    ranking: dict[str, int] = {}  # the ranker's tallies (malformed LLM rankings...), when it runs here
     if todo:
         # in this process, or on Ray actors that each build it (--rollout.workers, rollout/distributed.py)
         workflow, engine = spread(partial(build_engine, cfg, cfg.data, qset.format), cfg.run_config().rollout)
@@ -252,6 +253,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
         with TraceWriter(trace) as writer:
             engine.run(workflow, todo, reward=reward, on_episode=writer.write, progress=cfg.progress)
         calls = dict(engine.calls)
+        ranking = dict(getattr(getattr(engine, "scorer", None), "counts", None) or {})
         close_engine(engine)
 
     recorded = load_trace(trace)
@@ -288,6 +290,8 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
         write_rows(out / SFT_FILE, rows)
         files += [PAIRS_FILE, SFT_FILE]
         summary.update(candidates=cfg.n_candidates, ranker=cfg.ranker)
+        if ranking:  # this run's calls (not those of a resumed run's earlier episodes, nor Ray workers')
+            summary["ranking"] = ranking
     summary.update(stats)
     summary["acceptance_rate"] = summary["accepted_questions"] / len(selected)
     if judge_info is not None:

@@ -70,6 +70,7 @@ def choose_corpus(cfg: Any, data: str, fmt: str, needs_retriever: bool, progress
         KIND_NEEDS,
         corpus_file_index,
         dataset_index,
+        dense_build,
         open_index,
         pooled_index,
     )
@@ -88,16 +89,16 @@ def choose_corpus(cfg: Any, data: str, fmt: str, needs_retriever: bool, progress
     if r.index is not None:
         folder = open_index(r.index)
         return cfg, CorpusChoice("index", f"index folder {r.index} ({folder.manifest.get('source')})", folder)
-    kinds = KIND_NEEDS[r.kind]
+    kinds, dense = KIND_NEEDS[r.kind], dense_build(r)  # the encoder --retriever.dense-model names, if any
     if choice == DISTRACTOR:
-        folder = dataset_index(data, fmt, kinds=kinds, progress=progress)
+        folder = dataset_index(data, fmt, kinds=kinds, progress=progress, dense=dense)
         made = CorpusChoice("distractor", DISTRACTOR_NAME)
     elif choice == POOLED or choice.startswith(POOLED + ":"):
         where = choice[len(POOLED) + 1 :] or str(Path(data).resolve().parent)
-        folder = pooled_index(where, kinds=kinds, progress=progress)
+        folder = pooled_index(where, kinds=kinds, progress=progress, dense=dense)
         made = CorpusChoice("pooled", POOLED_NAME.format(folder=where))
     else:
-        folder = corpus_file_index(choice, kinds=kinds, progress=progress)
+        folder = corpus_file_index(choice, kinds=kinds, progress=progress, dense=dense)
         made = CorpusChoice("file", f"corpus file {choice}")
     made.index = folder
     built = cfg.model_copy(update={"retriever": r.model_copy(update={"index": str(folder.path)})})

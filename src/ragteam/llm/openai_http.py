@@ -19,15 +19,28 @@ return stays None (OpenAI's API gives log-probs but no ids). The log-probs are t
 server that answers 400 naming those fields is asked again without them: first without vLLM's two, then
 without any; the model remembers and does not ask that server again.
 
-Forced prefix (`ChatRequest.prefix`): sent as vLLM spells it, a final assistant message with
-`continue_final_message: true, add_generation_prompt: false`. vLLM counts the prefix as prompt: it returns the
-continuation only, and `prompt_token_ids` include the prefix's tokens; the Completion's `text` is then the
-prefix followed by the continuation, and `forced_tokens` is 0 (the prefix's ids are at the end of
-`prompt_ids`). `ragteam serve llm` marks its choices with `forced_tokens`: its content is the whole reply and
-its ids and log-probs start with the prefix's, which the Completion keeps as they are.
-`sample_after_prefix=False` is sent as that server's `sample_after_prefix: false` with `max_tokens: 1`: a
-server that ignores the field (vLLM) samples one token after the prefix, which the Completion keeps (its text
-is then the prefix and that token, not the prefix alone).
+Forced prefix (`ChatRequest.prefix`, C-3PO's strategies): sent as vLLM spells it, a final assistant message
+with `continue_final_message: true, add_generation_prompt: false`, and recorded as the in-process backend
+records it (`ragteam.llm.local`), whichever server answers: the prefix's ids, tokenized on their own, are the
+first `forced_tokens` of `completion_ids` with their log-probs, `prompt_ids` end with the assistant header,
+`text` is the prefix followed by the continuation. So a trainer (which trains every completion token) trains
+the forced strategy's tokens alike on both backends. `ragteam serve llm` answers that way already (its choices
+carry `forced_tokens`; content, ids and log-probs start with the prefix) and the Completion keeps them. vLLM
+counts the prefix as prompt: it returns the continuation only, its `prompt_token_ids` end with the prefix's
+tokens. The client then gets the prefix's ids from the server's `/tokenize` (vLLM's, at the root beside `/v1`:
+`{"prompt": prefix, "add_special_tokens": false}`, once per prefix), checks that the prompt ends with them,
+moves them from `prompt_ids` to the head of `completion_ids`, and takes their log-probs from vLLM's
+`prompt_logprobs` (asked as `prompt_logprobs: 0` on a request with a prefix: each prompt token's own
+log-prob, the raw model's; a server that refuses the field is no longer asked, and the Completion's
+`logprobs` are then None). `sample_after_prefix=False` is sent as `ragteam serve llm`'s `sample_after_prefix:
+false` with `max_tokens: 1` and, when the server's `/tokenize` names the chat template's end-of-turn token (the
+first token the template writes after an assistant message's content: it renders one message both open and
+closed), vLLM's `allowed_token_ids: [that id]`: the one token vLLM samples is end-of-turn, its log-prob the raw
+model's (vLLM computes log-probs before it masks), so the reply is the prefix closed by end-of-turn, as in
+process. Where the exact record cannot be made (a server without `/tokenize`, a prompt that does not end with
+the prefix's ids, a closing token other than end-of-turn), the Completion keeps the text (a closed reply: the
+prefix alone) without ids or log-probs (`prompt_ids`, `completion_ids`, `logprobs` None): a trainer skips it
+(`no_token_ids`) rather than train the prefix as prompt and the token after it as the strategy.
 
 Constrained replies (`ChatRequest.constraint`, MMOA-RAG's Selector): `structured_output` chooses how the
 constraint's regex is sent, as the server spells structured outputs: `vllm` sends `"structured_outputs":
@@ -49,6 +62,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -66,6 +80,10 @@ EXTRAS_LEVELS: tuple[dict[str, Any], ...] = (
     {},
 )
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
+# Asked of vLLM on a request with a forced prefix (module docstring): the prefix's log-probs, and the one token
+# that closes a prefix-only reply. Each is dropped for good once the server refuses it.
+PROMPT_LOGPROBS = "prompt_logprobs"
+ALLOWED_TOKEN_IDS = "allowed_token_ids"
 STRUCTURED_OUTPUT = ("none", "vllm", "vllm-guided", "sglang")
 """How a constrained request's regex is sent (module docstring): not at all, or as that server spells it."""
 
@@ -134,6 +152,9 @@ class OpenAIChatModel:
         self.structured_output = structured_output
         self.base_url = normalize_base_url(base_url)
         self.endpoint = f"{self.base_url}/chat/completions"
+        # vLLM serves /tokenize at the root, beside /v1 (module docstring: recording a forced prefix)
+        root = self.base_url.removesuffix("/v1") if self.base_url.endswith("/v1") else self.base_url
+        self.tokenize_url = f"{root}/tokenize"
         self.name = model
         self.model = model
         self.api_key_env = api_key_env
@@ -146,8 +167,13 @@ class OpenAIChatModel:
         self.logprobs = logprobs
         # index into EXTRAS_LEVELS; it only goes up, as servers reject fields
         self._extras_level = 0 if logprobs else len(EXTRAS_LEVELS) - 1
-        self.stats = {"requests": 0, "http_calls": 0, "retries": 0, "errors": 0}
+        self.stats = {"requests": 0, "http_calls": 0, "retries": 0, "errors": 0, "tokenize_calls": 0}
         self._stats_lock = threading.Lock()
+        # forced prefixes over a server that counts them as prompt (vLLM): the fields it is asked for, and
+        # what its /tokenize answered ("eot": the end-of-turn id; a prefix: its ids; None: it cannot say)
+        self._ask = {PROMPT_LOGPROBS: True, ALLOWED_TOKEN_IDS: True}
+        self._tokenized: dict[str, Any] = {}
+        self._tokenize_lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._init_lock = threading.Lock()
@@ -155,7 +181,7 @@ class OpenAIChatModel:
     # picklable (e.g. to ship to a Ray worker): the client and the pool are rebuilt on first use
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_client", "_pool", "_init_lock", "_stats_lock"):
+        for key in ("_client", "_pool", "_init_lock", "_stats_lock", "_tokenize_lock"):
             state.pop(key, None)
         return state
 
@@ -163,6 +189,7 @@ class OpenAIChatModel:
         self.__dict__.update(state)
         self._client, self._pool = None, None
         self._init_lock, self._stats_lock = threading.Lock(), threading.Lock()
+        self._tokenize_lock = threading.Lock()
 
     def _resources(self) -> tuple[httpx.Client, ThreadPoolExecutor]:
         with self._init_lock:
@@ -227,7 +254,9 @@ class OpenAIChatModel:
             self._count("errors")
             return ModelError(f"{type(e).__name__}: {e}", where=self.endpoint)
 
-    def _payload(self, req: ChatRequest, n: int, seed: int | None, level: int) -> dict[str, Any]:
+    def _payload(
+        self, req: ChatRequest, n: int, seed: int | None, level: int, eot: int | None = None
+    ) -> dict[str, Any]:
         s = req.sampling
         messages = [{"role": m["role"], "content": m["content"]} for m in req.messages]
         payload: dict[str, Any] = {
@@ -242,8 +271,12 @@ class OpenAIChatModel:
         if req.prefix or not req.sample_after_prefix:
             messages.append({"role": "assistant", "content": req.prefix})
             payload.update(continue_final_message=True, add_generation_prompt=False)
+            if req.prefix and level == 0 and self._ask[PROMPT_LOGPROBS]:
+                payload[PROMPT_LOGPROBS] = 0  # vLLM: the forced prefix's log-probs (module docstring)
         if not req.sample_after_prefix:
             payload.update(sample_after_prefix=False, max_tokens=1)
+            if eot is not None:
+                payload[ALLOWED_TOKEN_IDS] = [eot]  # vLLM: the one token it samples closes the reply
         if s.stop:
             payload["stop"] = list(s.stop)
         if seed is not None:
@@ -260,9 +293,22 @@ class OpenAIChatModel:
             form = self.structured_output
             record = constraint_record(req.constraint, form, form != "none")
         while True:
-            got, status = self._post(self._payload(req, n, seed, level), req.prefix, record)
+            eot = None
+            if not req.sample_after_prefix and level == 0 and self._ask[ALLOWED_TOKEN_IDS]:
+                eot = self._end_of_turn()
+            payload = self._payload(req, n, seed, level, eot)
+            got, status = self._post(payload, req, record)
             if not isinstance(got, ModelError) or status not in (400, 422):
                 return got
+            refused = [
+                key
+                for key in (PROMPT_LOGPROBS, ALLOWED_TOKEN_IDS)
+                if key in payload and (key in got.message or key.replace("_", " ") in got.message)
+            ]
+            if refused:  # asked again without them, and never again of this server
+                with self._stats_lock:
+                    self._ask.update(dict.fromkeys(refused, False))
+                continue
             lower = _fewer_extras(level, got.message)
             if lower is None:
                 return got
@@ -271,7 +317,7 @@ class OpenAIChatModel:
             level = lower
 
     def _post(
-        self, payload: dict[str, Any], prefix: str, constraint: dict[str, Any] | None = None
+        self, payload: dict[str, Any], req: ChatRequest, constraint: dict[str, Any] | None = None
     ) -> tuple[ChatResult, int | None]:
         """POST with retries: the Completions or a ModelError, and the HTTP status it ended on (if any).
         `constraint`: what each Completion records about the request's constraint (None: unconstrained)."""
@@ -289,7 +335,11 @@ class OpenAIChatModel:
             else:
                 if resp.status_code == 200:
                     try:
-                        return _completions(resp.json(), prefix, constraint), 200
+                        body = resp.json()
+                        completions = _completions(body, req.prefix, constraint)
+                        if (req.prefix or not req.sample_after_prefix) and not _marks_forced(body):
+                            completions = [self._record_forced(c, body, req) for c in completions]
+                        return completions, 200
                     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
                         message = f"malformed response ({type(e).__name__}: {e})"
                         return ModelError(message, where=self.endpoint), 200
@@ -302,6 +352,125 @@ class OpenAIChatModel:
                 time.sleep(wait if wait is not None and wait <= self.max_backoff else delay)
         message = f"failed after {self.retries + 1} attempts; last error: {last}"
         return ModelError(message, where=self.endpoint), None
+
+    # ---- a forced prefix the server counted as prompt (vLLM): recorded as completion tokens ---------------
+
+    def _record_forced(self, c: Completion, body: dict[str, Any], req: ChatRequest) -> Completion:
+        """`c` (a choice of a server that counts the forced prefix as prompt) as the local backend records
+        it: the prefix's ids and log-probs moved from the prompt to the head of the completion; where that
+        cannot be done exactly, the text without ids (module docstring)."""
+        close = not req.sample_after_prefix
+        text = req.prefix if close else c.text
+        if c.prompt_ids is None or c.completion_ids is None:  # the server gave no ids: only the text is kept
+            return replace(c, text=text, finish_reason="stop" if close else c.finish_reason)
+        unrecorded = replace(
+            c, text=text, prompt_ids=None, completion_ids=None, logprobs=None, forced_tokens=0
+        )
+        prefix_ids = self._prefix_ids(req.prefix)
+        if prefix_ids is None:
+            return unrecorded
+        f, p = len(prefix_ids), len(c.prompt_ids) - len(prefix_ids)
+        if p < 1 or c.prompt_ids[p:] != prefix_ids:  # the prompt's tokens across the prefix differ
+            return unrecorded
+        sampled, sampled_lp, finish = c.completion_ids, c.logprobs, c.finish_reason
+        if close:  # the reply must be the prefix and end-of-turn, the token sent as the only one allowed
+            eot = self._tokenized.get("eot")
+            if eot is None or sampled[:1] != [eot]:
+                return unrecorded
+            sampled, sampled_lp, finish = [eot], None if sampled_lp is None else sampled_lp[:1], "stop"
+        prefix_lp = _prompt_logprobs_tail(body, c.prompt_ids, f)
+        ids = prefix_ids + sampled
+        return replace(
+            c,
+            text=text,
+            finish_reason=finish,
+            prompt_tokens=p,
+            completion_tokens=len(ids),
+            prompt_ids=c.prompt_ids[:p],
+            completion_ids=ids,
+            logprobs=None if prefix_lp is None or sampled_lp is None else prefix_lp + sampled_lp,
+            forced_tokens=f,
+        )
+
+    def _prefix_ids(self, prefix: str) -> list[int] | None:
+        """The ids of a forced prefix tokenized on its own (as the local backend tokenizes it), from the
+        server's /tokenize, asked once per prefix; None when the server cannot say."""
+        if not prefix:
+            return []
+        key = f"prefix:{prefix}"
+        with self._tokenize_lock:
+            if key not in self._tokenized:
+                got = self._tokenize({"prompt": prefix, "add_special_tokens": False})
+                if got is not _RETRY:
+                    self._tokenized[key] = got
+                return got if got is not _RETRY else None
+            return self._tokenized[key]
+
+    def _end_of_turn(self) -> int | None:
+        """The chat template's end-of-turn id: the first token it writes after an assistant message's content
+        (the message tokenized open, then closed, by the server's /tokenize); None when it cannot say."""
+        with self._tokenize_lock:
+            if "eot" not in self._tokenized:
+                messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+                chat = {"messages": messages, "add_generation_prompt": False}
+                open_ = self._tokenize({**chat, "continue_final_message": True})
+                closed = self._tokenize({**chat, "continue_final_message": False})
+                if open_ is _RETRY or closed is _RETRY:
+                    return None
+                eot = None
+                if open_ is not None and closed is not None and len(closed) > len(open_):
+                    eot = closed[len(open_)] if closed[: len(open_)] == open_ else None
+                self._tokenized["eot"] = eot
+            return self._tokenized["eot"]
+
+    def _tokenize(self, body: dict[str, Any]) -> Any:
+        """Token ids from the server's /tokenize (vLLM's): the list, None when the server has no such route or
+        refuses the request (remembered), `_RETRY` when it failed for now (asked again next time)."""
+        client, _ = self._resources()
+        self._count("tokenize_calls")
+        try:
+            resp = client.post(self.tokenize_url, json={"model": self.model, **body})
+        except httpx.TransportError:
+            return _RETRY
+        if resp.status_code >= 500 or resp.status_code in RETRY_STATUS:
+            return _RETRY
+        if resp.status_code != 200:
+            return None
+        try:
+            return _int_list(resp.json().get("tokens"))
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+
+_RETRY = object()  # a /tokenize answer that says nothing yet (a connection error, a 5xx): not remembered
+
+
+def _marks_forced(body: dict[str, Any]) -> bool:
+    """Whether the server says how many leading completion tokens were forced (`ragteam serve llm`: its
+    content, ids and log-probs include the prefix)."""
+    return any(c.get("forced_tokens") is not None for c in body.get("choices") or [])
+
+
+def _prompt_logprobs_tail(body: dict[str, Any], prompt_ids: list[int], f: int) -> list[float] | None:
+    """The log-probs of the last `f` prompt tokens from vLLM's `prompt_logprobs` (one entry per prompt token,
+    None for the first, each `{"<id>": {"logprob": ...}, ...}` holding the prompt token's own), or None when
+    the response has none for them."""
+    if f == 0:
+        return []
+    table = body.get(PROMPT_LOGPROBS)
+    if table is None:  # vLLM's completions API has it per choice
+        table = next(
+            (c.get(PROMPT_LOGPROBS) for c in body.get("choices") or [] if c.get(PROMPT_LOGPROBS)), None
+        )
+    if not isinstance(table, list) or len(table) != len(prompt_ids):
+        return None
+    out = []
+    for token, entry in zip(prompt_ids[-f:], table[-f:]):
+        own = entry.get(str(token)) if isinstance(entry, dict) else None
+        if not isinstance(own, dict) or own.get("logprob") is None:
+            return None
+        out.append(float(own["logprob"]))
+    return out
 
 
 def _fewer_extras(level: int, error: str) -> int | None:

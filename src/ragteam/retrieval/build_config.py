@@ -73,6 +73,27 @@ class DenseBuild(Config):
         "corpora need large values (docs/scaling.md)",
     )
     device: str = Field("cpu", description="device that embeds the passages: cpu, cuda or cuda:N")
+    model: str | None = Field(
+        None,
+        description="encoder folder (none: the packaged all-MiniLM-L6-v2): a sentence-transformers folder "
+        "(its pooling and normalisation are read from it; BGE) or a transformers folder with --dense.pooling "
+        "(Contriever: --dense.pooling mean --no-dense.normalize); recorded in the index, whose queries use it",
+    )
+    pooling: Literal["mean", "cls"] | None = Field(
+        None,
+        description="token states -> one vector: mean over the tokens (Contriever) or cls, the first token "
+        "(BGE); none: what a sentence-transformers folder declares (a plain transformers folder must say)",
+    )
+    normalize: bool | None = Field(
+        None,
+        description="L2-normalise the vectors (search by cosine) or not (dot product, Contriever); none: "
+        "what a sentence-transformers folder declares, else not",
+    )
+    query_prefix: str | None = Field(
+        None,
+        description="text put before each query, recorded for the index's searches (BGE: 'Represent this "
+        "sentence for searching relevant passages: '); none: the folder's `query` prompt, else nothing",
+    )
     part: str | None = Field(
         None,
         description="I/N: embed only the shards whose number modulo N is I (0-based), for N processes (e.g. one "

@@ -14,7 +14,8 @@ class RetrieverConfig(Config):
 
     kind: Literal["bm25", "dense", "hybrid", "remote"] = Field(
         "hybrid",
-        description="bm25 (tantivy, English stemming), dense (all-MiniLM-L6-v2), hybrid (both, score fusion), "
+        description="bm25 (tantivy, English stemming), dense (all-MiniLM-L6-v2, or --retriever.dense-model), "
+        "hybrid (both, score fusion), "
         "or remote (a Search-R1 /retrieve service at --url). hybrid is the default: on HotpotQA-500 it finds "
         "both supporting paragraphs in the top 10 for 0.882 of questions, BM25 0.860, dense 0.736",
     )
@@ -40,6 +41,28 @@ class RetrieverConfig(Config):
     )
     depth: int = Field(100, ge=1, description="hybrid: candidates taken from each retriever before fusion")
     device: str = Field("cpu", description="device of the query encoder (dense, hybrid): cpu or cuda")
+    dense_model: str | None = Field(
+        None,
+        description="dense encoder folder (none: the one the index was built with, all-MiniLM-L6-v2 unless "
+        "`ragteam index --dense.model` said otherwise): a sentence-transformers folder (BGE: its pooling is "
+        "read from it) or a transformers folder with --retriever.pooling (Contriever-MSMARCO: mean, "
+        "--no-retriever.normalize); an index built here from --data or --corpus is built with it",
+    )
+    pooling: Literal["mean", "cls"] | None = Field(
+        None,
+        description="dense: token states -> one vector: mean over the tokens (Contriever) or cls, the first "
+        "token (BGE); none: the index's, or what a sentence-transformers folder declares",
+    )
+    normalize: bool | None = Field(
+        None,
+        description="dense: L2-normalise the vectors (cosine: BGE, MiniLM) or not (dot product: Contriever); "
+        "none: the index's, or the folder's",
+    )
+    query_prefix: str | None = Field(
+        None,
+        description="dense: text put before each query (BGE: 'Represent this sentence for searching relevant "
+        "passages: '); none: the index's, or the folder's `query` prompt",
+    )
     timeout: float = Field(30.0, gt=0, description="remote: seconds per HTTP request")
     retries: int = Field(3, ge=0, description="remote: retries on connection errors, timeouts and 5xx/429")
 

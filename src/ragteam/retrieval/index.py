@@ -5,7 +5,8 @@
       docs.jsonl             the passages, one {id, title, text} per line, in row order
       docs.offsets.npy       byte offset of every line (memory-mapped row access)
       bm25/                  tantivy segments (kind "bm25")
-      dense/shards/*.npy     (rows, 384) float32 or float16 shards, unit length (kind "dense"); dense/meta.json
+      dense/shards/*.npy     (rows, dim) float32 or float16 shards (kind "dense"; MiniLM: 384, unit length);
+                             dense/meta.json names the encoder, its pooling, normalisation and query prefix
       dense/ivf.faiss, ivf.ivfdata / dense/hnsw.faiss   optional approximate indexes (`ann.py`)
 
 `build_index` streams: the passages go to docs.jsonl as they arrive (an iterator of millions is never held
@@ -174,7 +175,8 @@ def build_index(
     `source`), consumed once as a stream; None adds kinds to the existing folder `out_dir`. An existing folder
     of the same corpus keeps its kinds and gains the missing ones (and the approximate index `dense.index`
     when it lacks it); a folder of another corpus is an error unless `overwrite`. `source` (e.g. the corpus
-    file) is recorded in the manifest. `encoder` replaces MiniLM (`dense.Encoder`) for the passages.
+    file) is recorded in the manifest. `encoder` replaces the one `dense` names (`--dense.model`, MiniLM by
+    default) for the passages; its name, folder, pooling, normalisation and query prefix are recorded.
     With `dense.part` set, only that part's shards are embedded; "dense" is marked built by the run that
     finds every shard done.
     """
@@ -208,17 +210,21 @@ def build_index(
                 )
                 manifest["bm25"] = {"library": "tantivy", "analyzer": ANALYZER_SPEC, "k1": 1.2, "b": 0.75}
             elif kind == "dense" and kind not in manifest["kinds"]:
-                from ragteam.retrieval.dense import Encoder, build_dense
+                from ragteam.retrieval.dense import build_dense, build_encoder, encoder_settings
 
-                enc = encoder or Encoder(batch_size=batch_size, device=dense_cfg.device)
+                enc = encoder or build_encoder(dense_cfg, batch_size)
                 done = build_dense(out, store, enc, progress, dense_cfg, manifest["corpus_sha1"])
                 if not done["complete"]:
                     continue  # a part of a multi-process build, other parts still missing
+                settings = encoder_settings(enc)
                 manifest["dense"] = {
                     "model": enc.name,
+                    "model_path": getattr(enc, "path", None),
+                    "pooling": settings["pooling"],
+                    "normalized": settings["normalize"],
+                    "query_prefix": settings["query_prefix"],
                     "dim": done["dim"],
                     "dtype": dense_cfg.dtype,
-                    "normalized": True,
                     "shards": done["shards"],
                 }
             else:

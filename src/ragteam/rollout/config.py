@@ -67,13 +67,18 @@ class BestOf(Config):
 
     n: int = Field(1, ge=1, description="candidates per act (1: off)")
     roles: list[str] = Field(default_factory=list, description="roles it applies to (empty: every role)")
-    scorer: Literal["critic", "llm", "rollout"] = Field(
+    scorer: Literal["critic", "llm", "rollout", "random", "outcome"] = Field(
         "critic",
         description="critic: a trained critic model scores each candidate; llm: the LLM server ranks "
-        "them with a rubric; rollout: Monte Carlo rollouts from each candidate, mean reward",
+        "them with RAG-Gym's Fig. 10 criteria (JSON ranked_indices); rollout: Monte Carlo rollouts from each "
+        "candidate, mean reward; random: a seeded uniform score (Table 4's random PRM); outcome: the "
+        "candidate's own outcome, its answer's reward against the gold answers when it ends the episode, "
+        "else 0 (Table 4's ORM source; reads the gold answers)",
     )
     rollouts: int = Field(2, ge=1, description="rollout scorer: rollouts per candidate")
-    metric: str = Field("f1", description="rollout scorer: the reward metric averaged over rollouts")
+    metric: str = Field(
+        "f1", description="rollout and outcome scorers: the reward metric (averaged over rollouts)"
+    )
 
     def applies(self, role: str) -> bool:
         return self.n > 1 and (not self.roles or role in self.roles)

@@ -2,12 +2,19 @@
 
 The engine samples N candidates for an act (`RolloutConfig.best_of`), records all N as sibling nodes with
 their scores, marks the best `chosen` and continues only it. This is RAG-Gym's critic-guided inference
-(Algorithm 1) and its process-data collection, and it gives every workflow best-of-N. Three scorers:
+(Algorithm 1) and its process-data collection, and it gives every workflow best-of-N. The scorers, one per
+reward source of RAG-Gym's Table 4 (`--rollout.best-of.scorer`, `collect process --ranker`):
 
-- `CriticScorer`: a trained critic (process reward model, `ragteam.llm.critic.CriticModel`) scores each
-  (state, candidate) pair;
-- `LLMRankScorer`: the LLM server ranks the candidates with a rubric; the score is N - rank;
-- `RolloutScorer`: Monte Carlo rollouts from each candidate to an answer; the score is the mean reward.
+- `CriticScorer` (`critic`): a trained critic (process or outcome reward model,
+  `ragteam.llm.critic.CriticModel`) scores each (state, candidate) pair;
+- `LLMRankScorer` (`llm`): the LLM server ranks the candidates with Fig. 10's criteria (sufficiency, utility,
+  redundancy) and answers `{"ranked_indices": [...]}`; the score is N - rank (PRM (GPT-4o / Llama) data);
+- `RolloutScorer` (`rollout`): Monte Carlo rollouts from each candidate to an answer; the score is their mean
+  reward (PRM (Rollout), Math-Shepherd's estimate);
+- `RandomScorer` (`random`): a seeded uniform draw per candidate (PRM (Random), the baseline);
+- `OutcomeScorer` (`outcome`): the outcome alone, the high-level MDP's reward (§2.1): a candidate that ends the
+  episode scores its answer's reward against the gold answers, one after which the episode goes on scores 0
+  (ORM: outcome source "Truth", no process source; a critic trained on its pairs is the outcome reward model).
 
 A scorer gets all candidate sets of one engine tick at once, so it can batch.
 """
@@ -15,7 +22,11 @@ A scorer gets all candidate sets of one engine tick at once, so it can batch.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -61,66 +72,282 @@ class CriticScorer:
         return out
 
 
-RUBRIC = """You are judging candidate next steps of an assistant that answers a question with a search engine.
+# ---------------------------------------------------------------------------- the LLM ranking (Fig. 10)
 
-A good step moves toward a correct answer: a search query asks for the one fact that is still missing, is
-specific and does not repeat earlier searches; an answer is given only when the information shown supports
-it, and it is short and exact. A step that is malformed, off-topic, or repeats itself is bad.
+RUBRIC = """You evaluate decisions. Rank the proposed actions below from the most appropriate to the least \
+appropriate next step of a step-by-step process that works toward answering the original question.
 
-The assistant's instructions and state:
-{state}
+### Original Question:
+{question}
 
-Candidate steps:
-{candidates}
+### Information-Seeking History:
+{history}
 
-Rank the candidates from best to worst. Reply with their numbers only, best first, e.g. "Ranking: 2, 1, 3"."""
+### Proposed Next Actions:
+{actions}
 
-_NUMBER = re.compile(r"\d+")
+### Important Assumption
+The agent knows nothing about the subject beyond the information-seeking history above and must answer from \
+it alone. An assumption that the history does not support must not influence the ranking.
+
+### Evaluation Criteria for Appropriateness
+1. **Sufficiency Check**:
+- Decide whether the information available is enough to answer the original question directly. If it is \
+not, an action that answers is inappropriate.
+- Prefer queries that gather a specific piece of missing information the question depends on.
+- If the history already holds everything needed, answering is the most appropriate action, and the correct \
+answer ranks highest.
+2. **Utility Check**:
+- A query must be precise, actionable and directly relevant to answering the question.
+- Prefer foundational queries that establish the context or general knowledge that more specific follow-ups \
+need.
+- Rank lower a query that is too narrow or specific too early, presuming knowledge that is not available yet.
+- Avoid irrelevant queries that do nothing toward answering the original question.
+3. **Redundancy Check**:
+- Rank lower a query that repeats an earlier query or asks for information the history already covers.
+- An action must add value to the process: it seeks new information or clarifies what is missing.
+
+### Expected Output Format
+- Output the indices of the ranked actions as JSON: ```json{{"ranked_indices": [list of indices]}}```.
+- Order them from the most appropriate to the least appropriate by the criteria above.
+- Give no explanation or reasoning."""
+"""RAG-Gym's ranking prompt (Fig. 10) in ragteam's words: its role, assumption, three criteria and output
+format. Actions are listed `[0] Query: ...` / `[1] Answer: ...` and ranked by those 0-based indices."""
+
+CRITERIA = ("Sufficiency Check", "Utility Check", "Redundancy Check")
 
 
-def parse_ranking(text: str, n: int) -> list[float]:
-    """Scores from a ranking reply: the k-th ranked candidate scores n - k; unranked ones score 0.
+@dataclass(frozen=True)
+class Ranking:
+    """A parsed ranking reply: `order` holds the valid indices ranked, best first; the k-th of them scores
+    n - k, every candidate left out 0. `problem` says what was wrong with the reply (None: a complete, clean
+    `{"ranked_indices": [...]}`); a reply with no usable index scores all 0 (a tie: the first is kept, no
+    pairs come from it)."""
 
-    Never raises: numbers out of range or repeated are ignored (after "Ranking:" when the reply has it)."""
-    at = text.lower().rfind("ranking")
-    numbers = [int(m) for m in _NUMBER.findall(text[at:] if at >= 0 else text)]
-    scores = [0.0] * n
-    rank = 0
-    for i in numbers:
-        if 1 <= i <= n and scores[i - 1] == 0.0:
-            scores[i - 1] = float(n - rank)
-            rank += 1
-    return scores
+    scores: list[float]
+    order: list[int]
+    problem: str | None = None
+
+
+_OBJECT = re.compile(r"\{[^{}]*\}")
+_FIELD = re.compile(r"ranked_indices\W{0,4}\[([^\]]*)\]", re.IGNORECASE)
+_INT = re.compile(r"-?\d+")
+
+
+def _index(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and _INT.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
+def parse_ranking(text: str, n: int) -> Ranking:
+    """Fig. 10's `{"ranked_indices": [...]}` read from a reply (in a ```json fence or not), never raising.
+
+    The last JSON object with a `ranked_indices` key counts; without one, a `ranked_indices: [...]` list
+    written loosely is read (`problem="not_json"`). Out-of-range, repeated or non-integer entries are skipped
+    (`bad_index`), a list that leaves candidates out is used as far as it goes (`incomplete`); with no list at
+    all (`no_ranked_indices`), not a list (`not_a_list`) or no usable index (`empty`) every candidate scores 0.
+    """
+    zeros = [0.0] * n
+    values: Any = None
+    found = False
+    for m in _OBJECT.finditer(text or ""):
+        try:
+            obj = json.loads(m.group(0))
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "ranked_indices" in obj:
+            values, found = obj["ranked_indices"], True
+    problem: str | None = None
+    if not found:
+        loose = _FIELD.findall(text or "")
+        if not loose:
+            return Ranking(zeros, [], "no_ranked_indices")
+        values, problem = _INT.findall(loose[-1]), "not_json"
+    if not isinstance(values, list):
+        return Ranking(zeros, [], "not_a_list")
+    order: list[int] = []
+    for value in values:
+        i = _index(value)
+        if i is None or not 0 <= i < n or i in order:
+            problem = problem or "bad_index"
+            continue
+        order.append(i)
+    if not order:
+        return Ranking(zeros, [], problem or "empty")
+    if len(order) < n:
+        problem = problem or "incomplete"
+    scores = list(zeros)
+    for rank, i in enumerate(order):
+        scores[i] = float(n - rank)
+    return Ranking(scores, order, problem)
+
+
+def _is_steps(value: Any) -> bool:
+    """A list of (query, x) pairs: RAG-Gym's information-seeking history as its workflows hold it."""
+    return isinstance(value, list) and all(
+        isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str) for x in value
+    )
+
+
+def ranking_history(c: Candidates) -> str:
+    """The information-seeking history the ranker reads: for a `gym:*` act (fields `notes` and `docs`), the
+    queries with the answers written from their documents (Search-o1, Re2Search) or with the documents, as
+    JSON; for any other workflow, the act's prompt, which holds its state."""
+    fields = c.act.fields or {}
+    notes, docs = fields.get("notes"), fields.get("docs")
+    if "notes" in fields and _is_steps(notes) and _is_steps(docs):
+        if notes:
+            items: list[dict[str, Any]] = [{"query": q, "answer": a} for q, a in notes]
+        else:
+            items = [
+                {"query": q, "documents": [getattr(d, "contents", str(d)) for d in ds]} for q, ds in docs
+            ]
+        return json.dumps(items, indent=2, ensure_ascii=False)
+    return "\n\n".join(m["content"] for m in c.act.messages)
+
+
+def ranking_action(acted: Acted, text: str, chars: int = 1000) -> str:
+    """One proposed action as the ranker reads it: `Query: ...` or `Answer: ...` for a parsed search or
+    answer (RAG-Gym's rendering), the reply itself (on one line) for anything else."""
+    action = acted.action
+    if action.valid and action.kind == "answer":
+        return f"Answer: {action.value}"
+    if action.valid and action.kind in ("search", "retrieval") and action.value:
+        return f"Query: {action.value}"
+    one_line = " ".join((text or "").split())
+    return one_line[:chars] or "(empty reply)"
+
+
+def ranking_prompt(c: Candidates, state_chars: int = 6000) -> str:
+    """Fig. 10's prompt for one candidate set; the history keeps its last `state_chars` characters."""
+    history = ranking_history(c)
+    if len(history) > state_chars:
+        history = "..." + history[-state_chars:]
+    actions = "\n".join(f"[{i}] {ranking_action(a, t)}" for i, (a, t) in enumerate(zip(c.acted, c.texts)))
+    return RUBRIC.format(question=c.question.question, history=history or "[]", actions=actions)
 
 
 class LLMRankScorer:
-    """The LLM server ranks each candidate set with `RUBRIC` (one greedy call per set, batched)."""
+    """The LLM server ranks each candidate set with Fig. 10's prompt (one greedy call per set, batched).
 
-    def __init__(self, llm: ChatModel, max_tokens: int = 32, state_chars: int = 6000) -> None:
+    `counts` tallies this scorer's calls: `sets`, `ranked` (a clean ranking), `malformed` and
+    `malformed_<problem>` (see `parse_ranking`), `no_reply` (the server failed: a tie, the first is kept)."""
+
+    def __init__(self, llm: ChatModel, max_tokens: int | None = None, state_chars: int = 6000) -> None:
         self.llm = llm
         self.max_tokens = max_tokens
         self.state_chars = state_chars
+        self.counts: Counter = Counter()
 
     def scores(self, batch: Sequence[Candidates]) -> list[list[float]]:
         requests = []
         for c in batch:
-            state = "\n\n".join(m["content"] for m in c.act.messages)[-self.state_chars :]
-            listed = "\n".join(f"{i}. {t.strip()}" for i, t in enumerate(c.texts, 1))
-            prompt = RUBRIC.format(state=state, candidates=listed)
+            budget = self.max_tokens or 32 + 4 * len(c.texts)  # a JSON list of N indices, with its fence
             requests.append(
                 ChatRequest(
-                    [{"role": "user", "content": prompt}],
-                    Sampling(temperature=0.0, max_tokens=self.max_tokens),
+                    [{"role": "user", "content": ranking_prompt(c, self.state_chars)}],
+                    Sampling(temperature=0.0, max_tokens=budget),
                 )
             )
         results = self.llm.chat(requests)
         out = []
         for c, result in zip(batch, results):
+            self.counts["sets"] += 1
             if isinstance(result, ModelError) or not result:
+                self.counts["no_reply"] += 1
                 out.append([0.0] * len(c.texts))  # no ranking: a tie, the first candidate is kept
+                continue
+            ranking = parse_ranking(result[0].text, len(c.texts))
+            if ranking.problem is None:
+                self.counts["ranked"] += 1
             else:
-                out.append(parse_ranking(result[0].text, len(c.texts)))
+                self.counts["malformed"] += 1
+                self.counts[f"malformed_{ranking.problem}"] += 1
+            out.append(list(ranking.scores))
         return out
+
+
+# ---------------------------------------------------------------------------- Table 4's other sources
+
+
+class RandomScorer:
+    """RAG-Gym's "PRM (Random)" (Table 4): every candidate scores a uniform draw on [0, 1). Seeded and
+    order-free: the draw is a function of the seed, the question, the act's prompt and the candidate's
+    position, so a batch, a resumed run or another worker gives the same scores. `seed=None`: a fresh seed."""
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self.seed = seed if seed is not None else random.SystemRandom().getrandbits(63)
+
+    def scores(self, batch: Sequence[Candidates]) -> list[list[float]]:
+        out = []
+        for c in batch:
+            key = json.dumps(["random-prm", self.seed, c.question.id, c.act.messages], ensure_ascii=False)
+            rng = random.Random(int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest(), "big"))
+            out.append([rng.random() for _ in c.texts])
+        return out
+
+
+def final_answer(c: Candidates, acted: Acted) -> str | None:
+    """The episode's answer when the workflow ends right after receiving `acted` at `c.act` (replayed over
+    the recorded path, no model called); None when it asks for anything more (a search goes on)."""
+    gen = replay(c.workflow, c.question, c.history, c.act)
+    try:
+        send(gen, acted)
+    except StopIteration as stop:
+        value = stop.value
+        return value.text if isinstance(value, Answer) else str(value or "")
+    finally:
+        gen.close()
+    return None
+
+
+class OutcomeScorer:
+    """The outcome reward of each candidate alone (Table 4's ORM: outcome source "Truth", no process source).
+
+    The high-level MDP's reward (§2.1): 0 for an action after which the episode goes on (a search), the
+    answer's reward against the gold answers (`metric`, e.g. F1; RAG-Gym's EM for MedQA) for one that ends it.
+    Ranked by it, `collect process` keeps a correct answer over a wrong one or a search and ties the rest, so a
+    critic trained on those pairs (`ragteam train critic`) models the final answer's correctness: the outcome
+    reward model, used like any critic (`--rollout.best-of.scorer critic --critic.model DIR`). Used directly
+    at inference it reads the gold answers: an oracle, not a model.
+
+    `counts`: `answers` (candidates that end the episode), `goes_on`, `errors` (a replay that failed: 0)."""
+
+    def __init__(self, metric: str = "f1") -> None:
+        self.metric = metric
+        self.counts: Counter = Counter()
+
+    def scores(self, batch: Sequence[Candidates]) -> list[list[float]]:
+        out = []
+        for c in batch:
+            if c.reward is None:
+                raise ValueError("the outcome scorer needs the run's reward function (the gold answers)")
+            row = []
+            for acted in c.acted:
+                try:
+                    answer = final_answer(c, acted)
+                except Exception:  # a workflow that raises on this reply: it earns nothing
+                    self.counts["errors"] += 1
+                    row.append(0.0)
+                    continue
+                if answer is None:
+                    self.counts["goes_on"] += 1
+                    row.append(0.0)
+                else:
+                    self.counts["answers"] += 1
+                    row.append(float(c.reward(c.question, answer).get(self.metric, 0.0)))
+            out.append(row)
+        return out
+
+
+# ---------------------------------------------------------------------------- Monte Carlo rollouts
 
 
 class _Continue(Workflow):
@@ -192,7 +419,7 @@ def build_scorer(config: Any, policy: Any, llm: Any, retriever: Any, critic: Any
     """The scorer `config.best_of` asks for (None when keep-one-of-N is off).
 
     `config` is the run's RolloutConfig; the rollout scorer gets its own engine over the same parts, with
-    forks and keep-one-of-N off."""
+    forks and keep-one-of-N off; the random scorer is seeded with `config.seed`."""
     best = config.best_of
     if best.n <= 1:
         return None
@@ -204,6 +431,10 @@ def build_scorer(config: Any, policy: Any, llm: Any, retriever: Any, critic: Any
         if llm is None:
             raise ValueError("best_of.scorer=llm needs the LLM server (--llm.*)")
         return LLMRankScorer(llm)
+    if best.scorer == "random":
+        return RandomScorer(config.seed)
+    if best.scorer == "outcome":
+        return OutcomeScorer(best.metric)
     from ragteam.rollout.engine import Engine
 
     probe = config.model_copy(update={"forks": [], "best_of": type(best)()})

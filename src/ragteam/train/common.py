@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ragteam.config import Config, versions
 
@@ -66,10 +66,21 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
     lr: float | None = Field(
         None,
         gt=0,
-        description="peak learning rate (linear decay); default per trainer: sft 2e-5 (LoRA 2e-4), "
-        "dpo 1e-6 (LoRA 1e-5), critic 1e-5 (LoRA 1e-4)",
+        description="peak learning rate (after warm-up, then --lr-schedule); default per trainer: sft 2e-5 "
+        "(LoRA 2e-4), dpo 1e-6 (LoRA 1e-5), critic 1e-5 (LoRA 1e-4)",
     )
-    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    lr_schedule: Literal["linear", "cosine", "constant"] = Field(
+        "linear",
+        description="learning rate after warm-up: linear (decay to 0 at the last step), cosine (half a cosine "
+        "to 0; C-3PO Table 6) or constant",
+    )
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps (or --warmup-ratio, not both)")
+    warmup_ratio: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="linear warm-up over this share of the optimizer steps, rounded up (C-3PO Table 6: 0.03)",
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     batch_size: int = Field(4, ge=1, description="rows (sft) or pairs (dpo, critic) per forward")
     grad_accum: int = Field(1, ge=1, description="forwards per optimizer step")
@@ -89,6 +100,18 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
         False, description="recompute activations in the backward pass: less memory, ~30% slower"
     )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice)")
+
+    @model_validator(mode="after")
+    def _one_warmup(self) -> TrainConfig:
+        if self.warmup_steps and self.warmup_ratio:
+            raise ValueError(
+                f"warmup_steps={self.warmup_steps} and warmup_ratio={self.warmup_ratio}: give one of the two"
+            )
+        return self
+
+
+SCHEDULERS = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}
+"""`--lr-schedule` -> transformers' scheduler name (its `constant` would ignore the warm-up)."""
 
 
 def resolved_lr(cfg: TrainConfig, defaults: dict[str, float]) -> float:
@@ -210,8 +233,8 @@ def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
         max_steps=cfg.max_steps if cfg.max_steps is not None else -1,
         num_train_epochs=cfg.epochs,
         learning_rate=lr,
-        lr_scheduler_type="linear",
-        warmup_steps=cfg.warmup_steps,
+        lr_scheduler_type=SCHEDULERS[cfg.lr_schedule],
+        warmup_steps=cfg.warmup_steps or cfg.warmup_ratio,  # below 1: a share of the steps, rounded up
         weight_decay=cfg.weight_decay,
         per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum,

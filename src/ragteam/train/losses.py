@@ -24,6 +24,7 @@ from torch import Tensor
 __all__ = [
     "KL_KINDS",
     "POLICY_LOSSES",
+    "VALUE_LOSSES",
     "KLController",
     "dpo_loss",
     "entropy_from_logits",
@@ -185,17 +186,35 @@ def policy_loss(
     return loss, {"clip_frac": clip_frac.item(), "approx_kl": approx_kl.item()}
 
 
+VALUE_LOSSES = ("clipped", "mse")
+"""The value losses `value_loss` computes (`--ppo.value-loss`)."""
+
+
 def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float = 0.2
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    clip: float = 0.2,
+    kind: str = "clipped",
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped value loss (PPO2 / MMOA-RAG eq. 17): 0.5 * token-mean of max((V - R)^2, (V_clip - R)^2),
-    V_clip = old_V + clip(V - old_V, -c, c), so the critic cannot move further than c from its old estimate.
+    """The critic's loss, token-mean over mask-1 tokens.
+
+    clipped (PPO2 / MMOA-RAG eq. 17): 0.5 * mean max((V - R)^2, (V_clip - R)^2), V_clip = old_V + clip(V -
+    old_V, -c, c), so the critic cannot move further than c from its old estimate.
+    mse (C-3PO eq. 10): 0.5 * mean (V - R)^2, the plain squared error; `old_values` and `clip` are unused.
+    The 0.5 is the same in both (OpenRLHF's form, C-3PO's trainer), so `vf_coef` means the same for either,
+    and `clipped` with a clip range wider than every error is `mse`.
 
     values [B, T] (with grad), old_values, returns, mask [B, T] -> (loss scalar, stats: `clip_frac`, the share
-    of tokens where the clipped error is the larger).
+    of tokens where the clipped error is the larger; 0 for mse).
     """
-    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    if kind not in VALUE_LOSSES:
+        raise ValueError(f"unknown value loss {kind!r}; choose one of: {', '.join(VALUE_LOSSES)}")
     err = (values - returns) ** 2
+    if kind == "mse":
+        return 0.5 * masked_mean(err, mask), {"clip_frac": 0.0}
+    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     err_clipped = (v_clipped - returns) ** 2
     loss = 0.5 * masked_mean(torch.maximum(err, err_clipped), mask)
     with torch.no_grad():

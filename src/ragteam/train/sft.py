@@ -12,15 +12,19 @@ compute goes to padding; on CPU the packed sequences are batched as rows (`Packe
 
 The result in `--out` is a full model folder (`--policy.model DIR`) or, with `--lora`, a LoRA adapter
 (`--policy.model INIT --policy.lora DIR`). The tokenizer is saved with the model's stock chat template.
+
+`--preset c3po|rag-gym` sets a paper's SFT values (`PRESETS`, each with its source; docs/training.md lists
+them). As with PPO's recipes (`ppo_config.with_recipe`): field defaults < preset < `--config FILE` < flags.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from ragteam.config import Config
+from ragteam.config import Config, ConfigError
 from ragteam.train.common import (
     TrainConfig,
     conversation_length,
@@ -32,8 +36,78 @@ from ragteam.train.common import (
     trainer_arguments,
 )
 from ragteam.train.data import SFTRow, read_sft_rows
+from ragteam.workflows.profiles import Setting
 
 LR = {"full": 2e-5, "lora": 2e-4}
+
+ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+"""The attention projections of a llama-architecture model (Llama-3.1, Qwen2, SmolLM2)."""
+
+PRESETS: dict[str, tuple[Setting, ...]] = {
+    "c3po": (
+        Setting("lr", 4e-5, "C-3PO Table 6: learning rate 4e-5"),
+        Setting("epochs", 3, "C-3PO Table 6: 3 epochs"),
+        Setting("lr_schedule", "cosine", "C-3PO Table 6: cosine scheduler"),
+        Setting("warmup_ratio", 0.03, "C-3PO Table 6: warm-up ratio 0.03"),
+        Setting("max_length", 4096, "C-3PO Table 6: cutoff length 4096"),
+    ),
+    "rag-gym": (
+        Setting("lora", True, "RAG-Gym E.2: SFT (and DPO) with LoRA"),
+        Setting("lora_r", 256, "RAG-Gym E.2: r = 256"),
+        Setting("lora_alpha", 512, "RAG-Gym E.2: alpha = 512"),
+        Setting(
+            "lora_targets",
+            ATTENTION_TARGETS,
+            "RAG-Gym E.2: 'all attention components': q, k, v and o projections (no MLP)",
+        ),
+    ),
+}
+"""`train sft --preset NAME`: each paper's stated SFT values. C-3PO's batch of 512 (Table 6) is not in the
+preset: the batch is --batch-size x --grad-accum x GPUs, sized to the hardware. RAG-Gym states no learning
+rate, epochs or schedule (they are in its source code only), so its preset leaves them at ragteam's."""
+
+_C = TypeVar("_C", bound=BaseModel)
+
+
+def preset_values(name: str) -> dict[str, Any]:
+    """The settings of preset `name` as a flat dict of TrainConfig fields; ConfigError naming the presets."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown SFT preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    return {s.key: s.value for s in PRESETS[name]}
+
+
+def with_preset(cfg: _C) -> _C:
+    """`cfg` with its preset's values (`cfg.preset`) filled in under the ones set explicitly (config file,
+    flags, code): pydantic remembers which fields were set, so a flag always wins over the preset."""
+    name = getattr(cfg, "preset", None)
+    if name is None:
+        return cfg
+    given = cfg.model_dump(mode="json", exclude_unset=True)
+    values = preset_values(name)
+    if "warmup_steps" in given:  # one warm-up, said in steps: the preset's ratio gives way
+        values.pop("warmup_ratio", None)
+    merged = values | given
+    try:
+        return type(cfg).model_validate(merged)
+    except ValueError as e:
+        raise ConfigError(f"preset {name}: {e}") from None
+
+
+def preset_table() -> str:
+    """Every preset's settings as the Markdown table in docs/training.md (a test keeps them equal)."""
+    lines = ["| preset | setting | value | source |", "|---|---|---|---|"]
+    for name, rows in PRESETS.items():
+        for s in rows:
+            value = ", ".join(s.value) if isinstance(s.value, list) else _shown(s.value)
+            flag = "--" + s.key.replace("_", "-")
+            lines.append(f"| `{name}` | `{flag}` | {value} | {s.source} |")
+    return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value).replace("e-0", "e-") if isinstance(value, float) else str(value)
 
 
 class SFTOptions(Config):

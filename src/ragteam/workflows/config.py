@@ -59,6 +59,11 @@ class WorkflowConfig(Config):
         description="RAG-Gym: the last step's template: answer (answer-only, so every question gets an "
         "answer) or same (the agent's own, as in the paper; a search there ends without an answer)",
     )
+    role_caps: bool = Field(
+        True,
+        description="C-3PO and RAG-Gym: the roles' own short reply caps (C-3PO's router 64 tokens, RAG-Gym's "
+        "direct answer 64); off (--profile paper), those acts get --rollout.max-tokens like every other act",
+    )
 
     @model_validator(mode="wrap")
     @classmethod

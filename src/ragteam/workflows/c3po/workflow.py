@@ -53,7 +53,8 @@ from ragteam.workflows.c3po.parsers import (
 from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64
-"""The router writes one tag and at most a short query."""
+"""The router writes one tag and at most a short query (its cap unless `cfg.role_caps` is off, as under
+`--profile paper`: then it gets `rollout.max_tokens`, Table 7's 2048, like the filter and the decider)."""
 
 FORCED_RETRIEVAL = "[Retrieval]"
 """The router's reply under `--strategy retrieval`: this prefix, then the proxy's own query."""
@@ -150,6 +151,8 @@ class C3PO(Workflow):
         query = q
         if strategy in ("auto", "retrieval"):
             act = ROUTER.act(question=q)
+            if not self.cfg.role_caps:
+                act = dataclasses.replace(act, max_tokens=None)  # the engine's rollout.max_tokens
             if strategy == "retrieval":
                 act = dataclasses.replace(act, prefix=FORCED_RETRIEVAL)
             try:

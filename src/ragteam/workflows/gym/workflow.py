@@ -44,6 +44,7 @@ from ragteam.workflows.gym.parsers import parse_actor, predicted_answer
 AGENTS = ("direct", "cot", "rag", "react", "search-o1", "re2search")
 SUMMARIZING = ("search-o1", "re2search")
 DIRECT_MAX_TOKENS = 64
+"""The direct agent's answer cap, unless `cfg.role_caps` is off (`--profile paper`: rollout.max_tokens)."""
 
 
 def _actor_messages(
@@ -119,7 +120,7 @@ class GymAgent(Workflow):
                 else ("re2search" if agent == "re2search" else "search_or_answer")
             )
             try:
-                role = ACTOR_DIRECT if agent == "direct" else ACTOR
+                role = ACTOR_DIRECT if agent == "direct" and self.cfg.role_caps else ACTOR
                 acted = yield role.act(
                     agent=agent,
                     question=shown_question,

@@ -1,0 +1,113 @@
+"""RAG-Gym's PPO (section 2.2.2, `--recipe gym`): every act's reward is the process reward model's score
+r(s, a) of that act, not the broadcast outcome; the outcome recipe stays as `gym-outcome`.
+
+The tiny model plays the Re2Search actor (and writes its summaries) over BM25 on HotpotQA paragraphs; the
+process reward model is a one-output classifier built in code from the tiny model (a random score head:
+what matters here is that each act's reward is exactly its score).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragteam.config import ConfigError
+from ragteam.train.ppo_config import PPOConfig, with_recipe
+
+TOKENS = 8192
+
+
+@pytest.fixture(scope="module")
+def tiny_critic(tmp_path_factory) -> Path:
+    """A critic folder as `ragteam train critic` writes one: the tiny LM's body with a seeded score head."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ragteam.llm.tiny import tiny_model_dir
+
+    out = tmp_path_factory.mktemp("prm") / "critic"
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir()), num_labels=1)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir()))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def gym_cfg(data: Path, out: Path, **over) -> PPOConfig:
+    values = dict(
+        recipe="gym",
+        data=str(data),
+        out=str(out),
+        init="tiny",
+        limit=6,
+        iterations=1,
+        questions_per_iteration=2,
+        topk=2,
+        max_steps=2,
+        llm={"model": "tiny"},
+        retriever={"kind": "bm25"},
+        rollout={"max_tokens": 16, "llm_max_tokens": 8},
+        progress=False,
+        tensorboard=False,
+        ppo={"max_sample_tokens": TOKENS, "micro_tokens": TOKENS, "minibatch_tokens": 2 * TOKENS},
+    )
+    values.update(over)
+    return with_recipe(PPOConfig.model_validate(values))
+
+
+def test_gym_recipe_needs_a_critic_and_gym_outcome_is_the_outcome_recipe(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--critic\.model DIR.*gym-outcome"):
+        with_recipe(PPOConfig(recipe="gym", data="q", out=str(tmp_path)))
+    gym = with_recipe(PPOConfig(recipe="gym", data="q", out=str(tmp_path), critic={"model": "prm"}))
+    assert (gym.ppo.process_reward, gym.ppo.credit, gym.workflow) == ("critic", "process", "gym:re2search")
+    outcome = with_recipe(PPOConfig(recipe="gym-outcome", data="q", out=str(tmp_path)))
+    assert (outcome.ppo.process_reward, outcome.ppo.credit) == ("none", "outcome")
+    assert (outcome.workflow, outcome.max_steps, outcome.ppo.lr) == (gym.workflow, 10, gym.ppo.lr)
+    mixed = {"recipe": "gym", "data": "q", "out": "o", "critic": {"model": "p"}, "ppo": {"credit": "outcome"}}
+    with pytest.raises(ConfigError, match="only --ppo.credit process reads"):
+        with_recipe(PPOConfig.model_validate(mixed))
+
+
+def test_gym_recipe_rewards_every_act_with_the_critics_score(
+    hotpot_small: Path, tiny_critic: Path, tmp_path: Path
+) -> None:
+    """One iteration of the gym recipe: the acts are scored in one batched critic call, and every trained
+    act's reward (and so the update's) is the critic's score of its prompt and reply, as scored directly."""
+    from ragteam.llm.critic import CriticModel
+    from ragteam.train import ppo
+
+    cfg = gym_cfg(hotpot_small, tmp_path / "run", critic={"model": str(tiny_critic), "device": "cpu"})
+    run = ppo.build(cfg)
+    prm = CriticModel.from_config(cfg.critic)
+    calls: list[int] = []
+    score = prm.score
+    prm.score = lambda items: calls.append(len(items)) or score(items)  # type: ignore[method-assign]
+    run.prm = prm
+
+    episodes = ppo.rollout(run, 0)
+    acts = [n for ep in episodes for n in ep.policy_nodes()]
+    assert len(episodes) == 2 and acts
+    samples, skipped = ppo.credit(run, episodes)
+    assert calls == [len(acts)]  # one batched call per iteration, every act of every episode
+    assert not skipped and len(samples) == len(acts)
+
+    direct = CriticModel(tiny_critic, device="cpu")  # a fresh copy, one act at a time
+    nodes = {(ep.id, n.id): n for ep in episodes for n in ep.policy_nodes()}
+    by_node = {(s.episode, s.node): s for s in samples}
+    for key, node in nodes.items():
+        (expected,) = direct.score([(node.messages, node.text)])
+        assert node.score == pytest.approx(expected, abs=1e-4)
+        assert by_node[key].reward == pytest.approx(expected, abs=1e-4)
+    f1 = {ep.id: ep.leaves()[0].rewards["f1"] for ep in episodes}
+    assert any(s.reward != f1[s.episode] for s in samples)  # not the broadcast outcome
+
+    trained = ppo.trained(run, samples, skipped)
+    exp = ppo.advantages(run, trained)
+    assert [s.reward for s in exp.samples] == [by_node[(s.episode, s.node)].reward for s in trained]
+    meters = ppo.update(run, exp, 0)
+    assert "actor" in meters.means()[1]
