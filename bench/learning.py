@@ -6,7 +6,9 @@
 Each side is one `ragteam train ppo` run (MMOA-RAG S-G, the `mmoa` recipe's credit and penalties) on the
 same `--questions` training questions in every iteration, at an equal number of sampled episodes per
 iteration (`--questions` x `--group-size`; gae uses the same episodes, one critic baseline each). Small
-acts (`--max-tokens`) and few documents (`--candidates`) keep an iteration affordable on CPU. The script
+acts (`--max-tokens`) and few documents (`--candidates`) keep an iteration affordable on CPU. The Selector's
+action space is restricted as in MMOA-RAG's eq. 5 (the `mmoa` recipe's default); `--unconstrained` lets it
+write free text, which an untrained model never writes in the required format (docs/results.md). The script
 prints, per iteration and side, the training reward (F1 of the answers), the invalid-act rate of each role
 and the Generator's reply length, then writes `OUT/learning.png` and `OUT/learning.json`.
 
