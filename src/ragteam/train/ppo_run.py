@@ -166,8 +166,8 @@ def build(cfg: PPOConfig) -> Run:
     from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
     from ragteam.train.common import prepare_out_dir, resolve_init
 
-    estimator = check(cfg)  # a setting that cannot learn fails before anything loads
     workflow = build_workflow(cfg)
+    estimator = check(cfg, workflow)  # a setting that cannot learn fails before any model loads
     qset = read_questions(cfg.data, cfg.format)
     questions = select_questions(qset.questions, cfg.offset, cfg.limit)
     eval_questions: list = []
@@ -255,7 +255,7 @@ def build(cfg: PPOConfig) -> Run:
     return run
 
 
-def check(cfg: PPOConfig) -> Estimator:
+def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
     """Refuse settings under which PPO cannot learn, naming the flag; returns the advantage estimator.
 
     - greedy rollouts (temperature 0): every sample of a question is the same reply, the ratio of the
@@ -275,20 +275,19 @@ def check(cfg: PPOConfig) -> Estimator:
             f"--ppo.advantage {cfg.ppo.advantage} compares samples of one question: set "
             "--rollout.group-size K (K >= 2), or fork the rollout (--rollout.forks)"
         )
-    if cfg.ppo.train_roles and set(cfg.ppo.train_roles) - set(roles_of(cfg)):
-        unknown = sorted(set(cfg.ppo.train_roles) - set(roles_of(cfg)))
-        raise ValueError(
-            f"--ppo.train-roles: {', '.join(unknown)} not a role of {cfg.workflow}; "
-            f"its roles: {', '.join(roles_of(cfg))}"
-        )
+    if cfg.ppo.train_roles:
+        if workflow is None:
+            from ragteam.eval.setup import build_workflow
+
+            workflow = build_workflow(cfg)
+        roles = [r.name for r in getattr(workflow, "roles", ())]
+        unknown = sorted(set(cfg.ppo.train_roles) - set(roles))
+        if unknown:
+            raise ValueError(
+                f"--ppo.train-roles: {', '.join(unknown)} not a role of {cfg.workflow}; "
+                f"its roles: {', '.join(roles)}"
+            )
     return estimator
-
-
-def roles_of(cfg: PPOConfig) -> list[str]:
-    """The role names the configured workflow declares."""
-    from ragteam.eval.setup import build_workflow
-
-    return [getattr(r, "name", str(r)) for r in getattr(build_workflow(cfg), "roles", [])]
 
 
 def lora_policy(base: Any, cfg: PPOConfig, resume_from: Path | None) -> Any:
