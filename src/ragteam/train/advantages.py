@@ -122,6 +122,15 @@ def group_center(scores: Tensor, index: Tensor, scale: bool = True, eps: float =
     return out
 
 
+def group_sizes(index: Tensor) -> Tensor:
+    """[B] long -> [B] long: how many samples share each sample's group (1 for negative ids: alone)."""
+    valid = index >= 0
+    if not bool(valid.any()):
+        return torch.ones_like(index)
+    count = torch.bincount(index[valid], minlength=int(index[valid].max()) + 1)
+    return torch.where(valid, count[index.clamp_min(0)], torch.ones_like(index))
+
+
 def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
     """[B] -> [B, T]: one advantage for every trained token of the act, 0 where masked."""
     return per_sample.unsqueeze(1) * mask.float()
@@ -198,11 +207,7 @@ def rloo(
     with torch.no_grad():
         scores = sequence_scores(token_rewards, mask)
         centered = group_center(scores, index, False)
-        valid = index >= 0
-        count = torch.zeros(int(index.max()) + 1 if bool(valid.any()) else 1)
-        if bool(valid.any()):
-            count.index_add_(0, index[valid], torch.ones(int(valid.sum())))
-        k = torch.where(valid, count[index.clamp_min(0)], torch.ones_like(scores))
+        k = group_sizes(index).float()
         adv = _broadcast(centered * k / (k - 1).clamp_min(1), mask)
     return adv, adv
 
