@@ -489,6 +489,7 @@ class LocalChatModel:
             tokens = torch.where(forced_next >= 0, forced_next, tokens)
             token_lp = gather_logprobs(logits, tokens).tolist()
             token_list = tokens.tolist()
+            self.stats["generated_tokens"] += len(active)  # before a finished row is reported
             keep: list[int] = []
             for k, row_index in enumerate(active):
                 row = rows[row_index]
@@ -499,7 +500,6 @@ class LocalChatModel:
                     row.finish = "cancelled"
                 else:
                     keep.append(k)
-            self.stats["generated_tokens"] += len(active)
             if not keep:
                 break
             if len(keep) < len(active):
