@@ -142,7 +142,7 @@ def main() -> int:
     from ragteam.config import setup_caches
     from ragteam.data.questions import read_questions
     from ragteam.retrieval.factory import KIND_NEEDS, dataset_index
-    from ragteam.serving import ServerProcess
+    from ragteam.serve.testing import ServerProcess
 
     setup_caches()
     questions = [q.question for q in read_questions(args.data).questions]

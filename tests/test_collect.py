@@ -483,8 +483,8 @@ def test_collect_sft_c3po_end_to_end_and_resume(hotpot2, tmp_path, capsys):
 def test_collect_sft_samples_with_a_judge(hotpot2, tmp_path):
     from ragteam.llm.config import ModelConfig
     from ragteam.llm.factory import build_chat_model
-    from ragteam.llm.server import make_app
-    from ragteam.serving import BackgroundServer
+    from ragteam.serve.llm import make_app
+    from ragteam.serve.testing import BackgroundServer
 
     out = tmp_path / "cot"
     with BackgroundServer(make_app(build_chat_model(ModelConfig(model="tiny")), "judge")) as srv:

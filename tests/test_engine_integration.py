@@ -21,7 +21,7 @@ from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.traces import read_episodes, write_episodes
 from ragteam.rollout.tree import Episode
-from ragteam.serving import ServerProcess
+from ragteam.serve.testing import ServerProcess
 from ragteam.types import Action, Doc, Question, doc_id
 from ragteam.workflows.baselines import Direct, StandardRAG
 from ragteam.workflows.config import WorkflowConfig

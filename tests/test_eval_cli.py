@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from conftest import hotpot_head
-
-from ragteam.cli.main import main
 from ragteam.eval.folder import config_differences, select_questions
 from ragteam.eval.setup import RunConfig, build_models
+
+from ragteam.cli.main import main
 from ragteam.llm.config import ModelConfig
 from ragteam.rollout.traces import load_trace
 from ragteam.types import Question
@@ -145,8 +145,8 @@ def test_resume_with_other_settings_is_refused(hotpot5, tmp_path, capsys):
 
 def test_judge_endpoint_on_loopback(hotpot5, tmp_path):
     from ragteam.llm.factory import build_chat_model
-    from ragteam.llm.server import make_app
-    from ragteam.serving import BackgroundServer
+    from ragteam.serve.llm import make_app
+    from ragteam.serve.testing import BackgroundServer
 
     judge_model = build_chat_model(ModelConfig(model="tiny"))
     out = tmp_path / "judged"

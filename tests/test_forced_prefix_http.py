@@ -25,11 +25,11 @@ from ragteam.credit import get_credit
 from ragteam.llm.base import ChatRequest, Sampling
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
-from ragteam.llm.server import make_app
 from ragteam.metrics.answer import score_answer
 from ragteam.rollout.config import C3PO_TREE, RolloutConfig
 from ragteam.rollout.engine import Engine
-from ragteam.serving import BackgroundServer
+from ragteam.serve.llm import make_app
+from ragteam.serve.testing import BackgroundServer
 from ragteam.train.experience import pack_samples, samples_from_episodes
 from ragteam.workflows.c3po import C3PO
 from ragteam.workflows.config import WorkflowConfig

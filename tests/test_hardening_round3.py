@@ -21,11 +21,11 @@ import yaml
 from conftest import TEST_DEVICE, hotpot_head
 
 from ragteam.llm.local import LocalChatModel
-from ragteam.llm.server import make_app as make_llm_app
 from ragteam.retrieval.bm25 import BM25Retriever
-from ragteam.retrieval.server import make_app as make_retriever_app
-from ragteam.serving import BackgroundServer
-from ragteam.team_server import make_app as make_team_app
+from ragteam.serve.llm import make_app as make_llm_app
+from ragteam.serve.retriever import make_app as make_retriever_app
+from ragteam.serve.team import make_app as make_team_app
+from ragteam.serve.testing import BackgroundServer
 
 BIG = "9" * 5000  # more digits than Python converts to an int (4300)
 HI = [{"role": "user", "content": "What is the capital of France?"}]
@@ -249,8 +249,9 @@ def test_retriever_an_unknown_5000_digit_field_is_ignored_and_a_failure_keeps_th
 
 @pytest.fixture(scope="module")
 def team(hotpot_small):
-    from ragteam.cli.serve_team import Config
     from ragteam.eval.setup import build_run
+
+    from ragteam.cli.serve_team import Config
 
     small = {"model": "tiny", "device": TEST_DEVICE, "threads": 1}
     cfg = Config(

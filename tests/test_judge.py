@@ -12,9 +12,9 @@ from conftest import TEST_DEVICE
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
-from ragteam.llm.server import make_app
 from ragteam.metrics.judge import LLMJudge, parse_verdict, validator_messages
-from ragteam.serving import BackgroundServer
+from ragteam.serve.llm import make_app
+from ragteam.serve.testing import BackgroundServer
 from ragteam.types import Question
 
 

@@ -15,8 +15,9 @@ from ragteam.llm.config import ModelConfig
 from ragteam.llm.factory import build_chat_model
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel, normalize_base_url
-from ragteam.llm.server import make_app
-from ragteam.serving import BackgroundServer, ServerProcess, bind_socket
+from ragteam.serve.listen import bind_socket
+from ragteam.serve.llm import make_app
+from ragteam.serve.testing import BackgroundServer, ServerProcess
 
 
 def _req(text: str, **sampling) -> ChatRequest:

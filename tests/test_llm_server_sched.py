@@ -19,8 +19,8 @@ from conftest import TEST_DEVICE
 
 from ragteam.llm.base import ChatRequest, ModelError, Sampling
 from ragteam.llm.local import LocalChatModel
-from ragteam.llm.server import make_app
-from ragteam.serving import BackgroundServer, ServerProcess
+from ragteam.serve.llm import make_app
+from ragteam.serve.testing import BackgroundServer, ServerProcess
 
 LONG = 1000  # decoding steps of the long request: seconds on a CPU, against 4 for the short ones
 

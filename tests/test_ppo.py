@@ -266,9 +266,9 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
     from test_judge import RuleJudge
 
     from ragteam.llm.openai_http import OpenAIChatModel
-    from ragteam.llm.server import make_app
     from ragteam.metrics.judge import LLMJudge
-    from ragteam.serving import BackgroundServer
+    from ragteam.serve.llm import make_app
+    from ragteam.serve.testing import BackgroundServer
     from ragteam.train import ppo
 
     run, episodes, _, _ = tiny_run
@@ -295,8 +295,8 @@ def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: 
 
     from ragteam.llm.config import ModelConfig
     from ragteam.llm.local import LocalChatModel
-    from ragteam.llm.server import make_app
-    from ragteam.serving import BackgroundServer
+    from ragteam.serve.llm import make_app
+    from ragteam.serve.testing import BackgroundServer
     from ragteam.train import ppo
 
     served = LocalChatModel("tiny")
@@ -327,8 +327,8 @@ def test_load_weights_refuses_a_folder_that_does_not_fit(tmp_path: Path) -> None
     from safetensors.torch import save_file
 
     from ragteam.llm.local import LocalChatModel
-    from ragteam.llm.server import make_app
-    from ragteam.serving import BackgroundServer
+    from ragteam.serve.llm import make_app
+    from ragteam.serve.testing import BackgroundServer
 
     save_file({"not.a.weight": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     with BackgroundServer(make_app(LocalChatModel("tiny"), "tiny", allow_weight_updates=True)) as srv:

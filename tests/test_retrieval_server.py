@@ -14,8 +14,9 @@ import uvicorn
 
 from ragteam.retrieval.bm25 import BM25Retriever
 from ragteam.retrieval.remote import RemoteRetriever, RetrievalServiceError, parse_response
-from ragteam.retrieval.server import Limits, make_app
-from ragteam.serving import ServerProcess, bind_socket
+from ragteam.serve.listen import bind_socket
+from ragteam.serve.retriever import Limits, make_app
+from ragteam.serve.testing import ServerProcess
 
 
 @contextmanager

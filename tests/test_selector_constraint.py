@@ -14,19 +14,19 @@ import pytest
 import torch
 from conftest import TEST_DEVICE
 from fastapi import FastAPI, Request
+from ragteam.eval.setup import RunConfig
 from scripted import drive, hits_for, make_doc, question
 
 from ragteam.credit import get_credit
-from ragteam.eval.setup import RunConfig
 from ragteam.llm.base import ChatRequest, Completion, Sampling
 from ragteam.llm.constraint import Constraint, UnsupportedRegex, whitelist_texts
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
-from ragteam.llm.server import make_app
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
-from ragteam.serving import BackgroundServer, ServerProcess
+from ragteam.serve.llm import make_app
+from ragteam.serve.testing import BackgroundServer, ServerProcess
 from ragteam.train.experience import pack_samples, samples_from_episodes
 from ragteam.train.ppo_config import PPOConfig, with_recipe
 from ragteam.types import Hit

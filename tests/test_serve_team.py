@@ -14,12 +14,13 @@ import httpx
 import openai
 import pytest
 from conftest import TEST_DEVICE
+from ragteam.eval.setup import build_run
 
 from ragteam.cli.serve_team import Config
-from ragteam.eval.setup import build_run
 from ragteam.rollout.tree import Episode
-from ragteam.serving import BackgroundServer, ServerProcess, bind_socket
-from ragteam.team_server import make_app
+from ragteam.serve.listen import bind_socket
+from ragteam.serve.team import make_app
+from ragteam.serve.testing import BackgroundServer, ServerProcess
 
 KEY = "team-secret"
 CLIENTS = 32

@@ -18,11 +18,12 @@ from ragteam.cli.main import main
 from ragteam.llm.base import ChatRequest, Sampling
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
-from ragteam.llm.server import make_app as make_llm_app
 from ragteam.retrieval.bm25 import BM25Retriever
 from ragteam.retrieval.remote import RemoteRetriever, RetrievalServiceError
-from ragteam.retrieval.server import make_app as make_retriever_app
-from ragteam.serving import BackgroundServer, ServerProcess, bind_socket
+from ragteam.serve.listen import bind_socket
+from ragteam.serve.llm import make_app as make_llm_app
+from ragteam.serve.retriever import make_app as make_retriever_app
+from ragteam.serve.testing import BackgroundServer, ServerProcess
 
 CLIENTS = 64
 QUERIES = ["Corliss Archer Kiss and Tell actress", "Shirley Temple diplomat", "Scott Derrickson director"]

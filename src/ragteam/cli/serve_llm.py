@@ -3,7 +3,7 @@
     ragteam serve llm --model smollm2 --port 8000
     curl -s localhost:8000/v1/chat/completions -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}'
 
-`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
+`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serve.listen`).
 `--api-key KEY` (or $RAGTEAM_API_KEY) makes clients send `Authorization: Bearer KEY` (OpenAI clients do).
 """
 
@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ragteam.serving import ServerConfig
+from ragteam.serve.listen import ServerConfig
 
 
 class Config(ServerConfig):
@@ -56,8 +56,9 @@ class Config(ServerConfig):
 
 def run(cfg: Config) -> int:
     from ragteam.llm.local import LocalChatModel
-    from ragteam.llm.server import make_app
-    from ragteam.serving import resolve_api_key, serve
+    from ragteam.serve.guard import resolve_api_key
+    from ragteam.serve.listen import serve
+    from ragteam.serve.llm import make_app
 
     if cfg.threads is not None:
         import torch

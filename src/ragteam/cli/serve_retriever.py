@@ -5,7 +5,7 @@
 
 Concurrent requests are gathered into one batched search; bad input gets a 4xx JSON answer naming the field.
 `--api-key KEY` (or $RAGTEAM_API_KEY) makes clients send `Authorization: Bearer KEY`.
-`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
+`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serve.listen`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ragteam.serving import ServerConfig
+from ragteam.serve.listen import ServerConfig
 
 
 class Config(ServerConfig):
@@ -46,8 +46,9 @@ def run(cfg: Config) -> int:
     from ragteam.retrieval.config import RetrieverConfig
     from ragteam.retrieval.factory import retriever_from_index
     from ragteam.retrieval.index import open_index
-    from ragteam.retrieval.server import Limits, make_app
-    from ragteam.serving import resolve_api_key, serve
+    from ragteam.serve.guard import resolve_api_key
+    from ragteam.serve.listen import serve
+    from ragteam.serve.retriever import Limits, make_app
 
     folder = open_index(cfg.index)
     kind = cfg.kind or ("hybrid" if {"bm25", "dense"} <= set(folder.kinds) else folder.kinds[0])

@@ -7,8 +7,8 @@
 The last user message is the question, the answer is the reply; `"ragteam": {"trace": true}` adds the episode
 tree, `"stream": true` streams the answer. The team is assembled as `ragteam ask` and `ragteam eval` assemble it
 (`--policy.*`, `--llm.*`, `--retriever.*`, `--rollout.*` and the workflow options); concurrent requests share
-engine runs, so their model calls and searches are batched. See docs/serving.md and `ragteam.team_server`.
-`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serving`).
+engine runs, so their model calls and searches are batched. See docs/serving.md and `ragteam.serve.team`.
+`--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serve.listen`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ragteam.eval.setup import RunConfig
-from ragteam.serving import ServerConfig
+from ragteam.serve.listen import ServerConfig
 
 
 class Config(RunConfig, ServerConfig):
@@ -45,8 +45,9 @@ class Config(RunConfig, ServerConfig):
 
 def run(cfg: Config) -> int:
     from ragteam.eval.setup import build_run
-    from ragteam.serving import resolve_api_key, serve
-    from ragteam.team_server import make_app
+    from ragteam.serve.guard import resolve_api_key
+    from ragteam.serve.listen import serve
+    from ragteam.serve.team import make_app
 
     parts = build_run(cfg, data=cfg.data, fmt=cfg.format)
     name = cfg.served_name or cfg.workflow

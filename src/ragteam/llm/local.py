@@ -28,7 +28,7 @@ turns sharing off, for benchmarks).
 Seeds. Sample j of a request with seed s draws from its own generator seeded by mix(s, j), so a seeded
 request gives the same samples whatever else shares its batch (up to float round-off between batch shapes).
 
-Serving hooks. `chat(..., cancelled=, on_result=)` lets a server (`ragteam.llm.server`) schedule by step:
+Serving hooks. `chat(..., cancelled=, on_result=)` lets a server (`ragteam.serve.llm`) schedule by step:
 `cancelled(i)` is asked before each chunk of rows and at every decoding step, and once it says yes request i's
 rows leave the batch (a client that went away costs no more compute); `on_result(i, result)` is called as
 soon as request i's rows have all finished, so a short request decoded beside a long one is answered when it

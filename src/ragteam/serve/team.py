@@ -46,9 +46,7 @@ import json
 import re
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -58,14 +56,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from ragteam.protocol import Workflow
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
-from ragteam.serving import (
-    ClientGone,
-    openai_app,
-    openai_error,
-    openai_error_body,
-    read_openai_body,
-    until_disconnect,
-)
+from ragteam.serve.batcher import Pending, RequestBatcher, settle
+from ragteam.serve.guard import ClientGone, until_disconnect
+from ragteam.serve.openai_api import openai_app, openai_error, openai_error_body, read_openai_body
 from ragteam.types import Question
 
 QUESTION_ID = "ask"
@@ -151,106 +144,37 @@ def question_of(body: TeamBody, max_chars: int) -> str | JSONResponse:
 # ---- batching questions into engine runs -------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class _Waiting:
-    question: Question
-    future: asyncio.Future = field(repr=False)
-
-
-class TeamBatcher:
+class TeamBatcher(RequestBatcher[Question]):
     """Gathers the questions of concurrent requests into one `Engine.run` at a time (in a worker thread).
 
-    `run_sizes` counts runs by how many questions they held: what shows that concurrent requests share runs
+    `batch_sizes` counts runs by how many questions they held: what shows that concurrent requests share runs
     (and so share the engine's batched model calls, counted in `engine.calls`)."""
 
     def __init__(self, engine: Engine, workflow: Workflow, max_batch: int, batch_wait_ms: float) -> None:
+        super().__init__(max_batch, batch_wait_ms)
         self.engine, self.workflow = engine, workflow
-        self.max_batch = max_batch
-        self.wait_s = batch_wait_ms / 1000.0
-        self.queue: asyncio.Queue[_Waiting] | None = None
-        self.run_sizes: Counter[int] = Counter()
-        self.requests = 0
-        self.dropped = 0  # questions whose client left before their run started
-        self.running = 0  # questions in the run now going on
 
-    async def submit(self, text: str) -> Episode:
+    async def ask(self, text: str) -> Episode:
         """The episode of `text`, run together with whatever else is waiting."""
-        assert self.queue is not None, "the batching loop is not running"
-        waiting = _Waiting(Question(id=QUESTION_ID, question=text, golden_answers=[]), _future())
-        await self.queue.put(waiting)
-        return await waiting.future
+        return await self.submit(Question(id=QUESTION_ID, question=text, golden_answers=[]))
 
-    async def run(self) -> None:
-        self.queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self.queue.get()]
-            deadline = loop.time() + self.wait_s
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self.queue.get_nowait())
-                    continue
-                except asyncio.QueueEmpty:
-                    pass
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), left))
-                except TimeoutError:
-                    break
-            live = [w for w in batch if not w.future.done()]  # clients that gave up while waiting
-            self.dropped += len(batch) - len(live)
-            if not live:
-                continue
-            self.run_sizes[len(live)] += 1
-            self.requests += len(live)
-            self.running = len(live)
-            try:
-                await self._run(live, loop)
-            except Exception as e:  # noqa: BLE001 - a crashing run fails its questions, not the server
-                if len(live) == 1:
-                    _settle(live[0].future, e)
-                else:  # someone's question crashed it: run each alone, so only that one fails
-                    for w in live:
-                        if w.future.done():  # answered before the crash
-                            continue
-                        try:
-                            await self._run([w], loop)
-                        except Exception as own:  # noqa: BLE001 - this question's own failure
-                            _settle(w.future, own)
-            finally:
-                self.running = 0
-
-    async def _run(self, batch: list[_Waiting], loop: asyncio.AbstractEventLoop) -> None:
+    async def handle(self, batch: list[Pending[Question]]) -> None:
         """One engine run over `batch`; each future is resolved as its episode finishes."""
-        by_question = {id(w.question): w.future for w in batch}
+        loop = asyncio.get_running_loop()
+        by_question = {id(p.item): p.future for p in batch}
 
         def finished(episode: Episode) -> None:  # in the engine's thread
             fut = by_question.get(id(episode.question))
             if fut is not None:
                 with contextlib.suppress(RuntimeError):  # the loop closed: the server is stopping
-                    loop.call_soon_threadsafe(_settle, fut, episode)
+                    loop.call_soon_threadsafe(settle, fut, episode)
 
-        questions = [w.question for w in batch]
+        questions = [p.item for p in batch]
         report = await asyncio.to_thread(self.engine.run, self.workflow, questions, on_episode=finished)
-        for w, episode in zip(
+        for p, episode in zip(
             batch, report.episodes
         ):  # any not yet answered (none, unless on_episode failed)
-            _settle(w.future, episode)
-
-
-def _future() -> asyncio.Future:
-    return asyncio.get_running_loop().create_future()
-
-
-def _settle(fut: asyncio.Future, outcome: Any) -> None:
-    if fut.done():
-        return
-    if isinstance(outcome, BaseException):
-        fut.set_exception(outcome)
-    else:
-        fut.set_result(outcome)
+            settle(p.future, episode)
 
 
 # ---- the response ------------------------------------------------------------------------------------------
@@ -321,9 +245,9 @@ def make_app(
             "requests": batcher.requests,
             "dropped": batcher.dropped,
             "running": batcher.running,
-            "runs": sum(batcher.run_sizes.values()),
-            "max_run_seen": max(batcher.run_sizes, default=0),
-            "run_sizes": {str(k): v for k, v in sorted(batcher.run_sizes.items())},
+            "runs": batcher.batches,
+            "max_run_seen": batcher.max_batch_seen,
+            "run_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
             "engine_calls": dict(engine.calls),
         }
 
@@ -356,7 +280,7 @@ def make_app(
                 headers={"cache-control": "no-cache"},
             )
         try:
-            episode = await until_disconnect(request, batcher.submit(question))
+            episode = await until_disconnect(request, batcher.ask(question))
         except ClientGone:
             return openai_error(499, "the client closed the request", "client_closed_request")
         except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
@@ -397,7 +321,7 @@ def make_app(
                 **extra,
             }
 
-        task = asyncio.ensure_future(batcher.submit(question))
+        task = asyncio.ensure_future(batcher.ask(question))
         try:
             yield _sse(chunk({"role": "assistant", "content": ""}))
             while True:

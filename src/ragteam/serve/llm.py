@@ -65,173 +65,59 @@ import inspect
 import os
 import time
 import uuid
-from collections import Counter
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, Completion, ModelError, Sampling
-from ragteam.llm.constraint import Constraint, UnsupportedRegex
-from ragteam.serving import (
-    BodyError,
-    ClientGone,
-    loads_json,
-    openai_app,
-    openai_error,
-    read_body,
-    read_openai_body,
-    until_disconnect,
-)
-
-MAX_TOP_LOGPROBS = 20  # OpenAI's and vLLM's limit on `top_logprobs`
+from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, ModelError, Sampling
+from ragteam.serve.batcher import Pending, RequestBatcher, settle
+from ragteam.serve.guard import BodyError, ClientGone, loads_json, read_body, until_disconnect
+from ragteam.serve.llm_logprobs import TopK, choice_logprobs, top_k_scorer
+from ragteam.serve.llm_request import ChatCompletionBody, forced_prefix, structured_output
+from ragteam.serve.openai_api import openai_app, openai_error, read_openai_body
 
 
-class _TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text"]
-    text: str
+class Batcher(RequestBatcher[ChatRequest]):
+    """Gathers concurrent requests into batches for one `model.chat` call at a time (run in a worker thread).
 
-
-class _MessageIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "user", "assistant"]
-    content: str | list[_TextPart]
-
-    def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
-
-
-class ChatCompletionBody(BaseModel):
-    """The fields of an OpenAI chat-completions request this server honours (others are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-    model: str | None = None
-    messages: list[_MessageIn] = Field(min_length=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)  # NaN: "a finite number"
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
-    n: int = Field(1, ge=1)
-    seed: int | None = None
-    stream: bool = False
-    logprobs: StrictBool | None = False
-    top_logprobs: StrictInt | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    # vLLM's extensions (token ids; a forced assistant prefix) and ours (`sample_after_prefix`)
-    return_tokens_as_token_ids: StrictBool | None = False
-    return_token_ids: StrictBool | None = False
-    continue_final_message: StrictBool = False
-    add_generation_prompt: StrictBool = True
-    sample_after_prefix: StrictBool = True
-    # structured outputs: vLLM's (new and old) and SGLang's regex are served as a token whitelist; the other
-    # fields are read only to be refused by name (400), never silently ignored
-    structured_outputs: dict[str, Any] | None = None
-    guided_regex: str | None = None
-    regex: str | None = None
-    guided_json: Any = None
-    guided_choice: Any = None
-    guided_grammar: Any = None
-    structural_tag: Any = None
-    json_schema: Any = None
-    ebnf: Any = None
-    response_format: Any = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_strings(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 16:
-            raise ValueError("at most 16 stop strings")
-        return v
-
-
-class Batcher:
-    """Gathers concurrent requests into batches for one `model.chat` call at a time (run in a worker thread)."""
+    A request the model fails on, alone, is answered its `ModelError` (a value, as `model.chat` answers)."""
 
     def __init__(self, model: ChatModel, max_batch_size: int, batch_wait_ms: float) -> None:
+        super().__init__(max_batch_size, batch_wait_ms)
         self.model = model
-        self.max_batch_size = max_batch_size
-        self.wait_s = batch_wait_ms / 1000.0
-        self.queue: asyncio.Queue[tuple[ChatRequest, asyncio.Future]] | None = None
-        self.batch_sizes: Counter[int] = Counter()
-        self.requests = 0
-        self.cancelled = 0  # requests whose client went away (dropped from the queue or stopped mid-batch)
         params = inspect.signature(model.chat).parameters
         self.steps = "cancelled" in params and "on_result" in params  # the serving hooks (LocalChatModel)
 
     @property
-    def batches(self) -> int:
-        return sum(self.batch_sizes.values())
+    def cancelled(self) -> int:
+        """Requests whose client went away (dropped from the queue or stopped mid-batch)."""
+        return self.dropped + self.left
 
-    @property
-    def max_batch_seen(self) -> int:
-        return max(self.batch_sizes, default=0)
+    async def handle(self, batch: list[Pending[ChatRequest]]) -> None:
+        for p, result in zip(batch, await self._chat(batch)):
+            settle(p.future, result)
 
-    async def submit(self, req: ChatRequest) -> ChatResult:
-        assert self.queue is not None, "the batching loop is not running"
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self.queue.put((req, fut))
-        return await fut
+    def fail(self, pending: Pending[ChatRequest], error: Exception) -> None:
+        where = getattr(self.model, "name", "model")
+        settle(pending.future, ModelError(f"{type(error).__name__}: {error}", where=where))
 
-    async def run(self) -> None:
-        self.queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self.queue.get()]
-            deadline = loop.time() + self.wait_s
-            while len(batch) < self.max_batch_size:
-                try:
-                    batch.append(self.queue.get_nowait())
-                    continue
-                except asyncio.QueueEmpty:
-                    pass
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), left))
-                except TimeoutError:
-                    break
-            live = [(r, f) for r, f in batch if not f.cancelled()]  # clients that gave up while queued
-            self.cancelled += len(batch) - len(live)
-            batch = live
-            if not batch:
-                continue
-            self.batch_sizes[len(batch)] += 1
-            self.requests += len(batch)
-            try:
-                results = await self._chat(batch)
-            except Exception as e:  # noqa: BLE001 - a crashing model fails this batch, not the server
-                if len(batch) == 1:
-                    results = [self._crashed(e)]
-                else:  # someone's request crashed it: run each alone, so only that one fails
-                    results = []
-                    for item in batch:
-                        try:
-                            results.extend(await self._chat([item]))
-                        except Exception as own:  # noqa: BLE001 - this request's own failure
-                            results.append(self._crashed(own))
-            self.cancelled += sum(f.cancelled() for _, f in batch)  # clients that left while it decoded
-            for (_, fut), res in zip(batch, results):
-                _resolve(fut, res)
-
-    async def _chat(self, batch: list[tuple[ChatRequest, asyncio.Future]]) -> list[ChatResult]:
+    async def _chat(self, batch: list[Pending[ChatRequest]]) -> list[ChatResult]:
         """One `model.chat` over the batch in a worker thread; with a model that takes the serving hooks,
         requests whose client has gone leave the batch and each request is answered as soon as it ends."""
-        requests = [r for r, _ in batch]
+        requests = [p.item for p in batch]
         if not self.steps:
             results = await asyncio.to_thread(self.model.chat, requests)
         else:
             loop = asyncio.get_running_loop()
-            futures = [f for _, f in batch]
+            futures = [p.future for p in batch]
 
             def cancelled(i: int) -> bool:  # in the decoding thread: a read of the future's state
                 return futures[i].cancelled()
 
             def on_result(i: int, result: ChatResult) -> None:
                 with contextlib.suppress(RuntimeError):  # the loop closed: the server is stopping
-                    loop.call_soon_threadsafe(_resolve, futures[i], result)
+                    loop.call_soon_threadsafe(settle, futures[i], result)
 
             results = await asyncio.to_thread(
                 self.model.chat, requests, cancelled=cancelled, on_result=on_result
@@ -239,153 +125,6 @@ class Batcher:
         if len(results) != len(requests):
             raise RuntimeError(f"model returned {len(results)} results for {len(requests)} requests")
         return results
-
-    def _crashed(self, e: Exception) -> ModelError:
-        return ModelError(f"{type(e).__name__}: {e}", where=getattr(self.model, "name", "model"))
-
-
-def _resolve(fut: asyncio.Future, result: ChatResult) -> None:
-    if not fut.done():
-        fut.set_result(result)
-
-
-def _forced_prefix(body: ChatCompletionBody, messages: list[dict[str, str]]) -> str | JSONResponse:
-    """The forced prefix of the reply (popped off `messages`): vLLM's continue_final_message; or a 400."""
-    if not body.continue_final_message:
-        if not body.add_generation_prompt:  # would continue after the prompt's end-of-turn: not supported
-            return openai_error(
-                400,
-                "add_generation_prompt=false is only supported with continue_final_message=true",
-                param="add_generation_prompt",
-            )
-        return ""
-    if body.add_generation_prompt:
-        return openai_error(
-            400,
-            "continue_final_message=true needs add_generation_prompt=false",
-            param="add_generation_prompt",
-        )
-    if messages[-1]["role"] != "assistant":
-        return openai_error(
-            400,
-            "continue_final_message=true needs a final assistant message (the reply's prefix)",
-            param="messages",
-        )
-    return messages.pop()["content"]
-
-
-_UNSUPPORTED_OUTPUTS = (
-    "guided_json",
-    "guided_choice",
-    "guided_grammar",
-    "structural_tag",
-    "json_schema",
-    "ebnf",
-)
-
-
-def _structured_output(body: ChatCompletionBody, model: ChatModel) -> Constraint | None | JSONResponse:
-    """The request's constraint from its structured-output fields (module docstring), None without any,
-    or the 400 naming the field this server cannot honour."""
-    for name in _UNSUPPORTED_OUTPUTS:
-        if getattr(body, name) is not None:
-            return openai_error(
-                400,
-                f"{name} is not supported by this server (only a regex that is a whitelist of literal texts: "
-                "structured_outputs.regex, guided_regex or regex)",
-                param=name,
-            )
-    rf = body.response_format
-    if rf is not None and not (isinstance(rf, dict) and rf.get("type") in (None, "text")):
-        return openai_error(
-            400,
-            "response_format other than {'type': 'text'} is not supported by this server",
-            param="response_format",
-        )
-    found: list[tuple[str, Any]] = []
-    for key, value in (body.structured_outputs or {}).items():
-        if key == "regex":
-            found.append(("structured_outputs.regex", value))
-        elif value not in (None, False):  # option flags left off are harmless
-            return openai_error(
-                400,
-                f"structured_outputs.{key} is not supported by this server (only structured_outputs.regex, "
-                "a whitelist of literal texts)",
-                param=f"structured_outputs.{key}",
-            )
-    found += [(n, getattr(body, n)) for n in ("guided_regex", "regex") if getattr(body, n) is not None]
-    if not found:
-        return None
-    name, regex = found[0]
-    if any(other != regex for _, other in found[1:]):
-        return openai_error(400, f"{' and '.join(n for n, _ in found)} differ: send one regex", param=name)
-    if not isinstance(regex, str):
-        return openai_error(400, f"{name} must be a string", param=name)
-    if not getattr(model, "supports_constraints", False):
-        return openai_error(
-            400, f"{name}: this server's model cannot enforce a constrained reply", param=name
-        )
-    try:
-        return Constraint.from_regex(regex, name=name)
-    except (UnsupportedRegex, ValueError) as e:
-        return openai_error(400, f"{name} is not supported by this server: {e}", param=name)
-
-
-TopK = tuple[list[list[int]], list[list[float]]]  # per position: the k most likely ids, their log-probs
-
-
-def _logprobs(c: Completion, tokenizer: Any, as_ids: bool, top: TopK | None = None) -> dict[str, Any] | None:
-    """OpenAI's `choice.logprobs` for a completion's tokens; None when the backend gave no ids or log-probs.
-
-    `token` is the token's text (special tokens spelled out), or `token_id:<id>` when `as_ids` (vLLM's
-    `return_tokens_as_token_ids`, exact where a token's text is not); `bytes` is the UTF-8 of its text, null
-    where that text is not exact (no tokenizer, or a token holding part of a character: U+FFFD). `top` fills
-    each position's `top_logprobs` (spelled the same way); without it the lists are empty."""
-    if c.completion_ids is None or c.logprobs is None or len(c.completion_ids) != len(c.logprobs):
-        return None
-    ids = set(c.completion_ids)
-    if top is not None:
-        ids.update(t for row in top[0] for t in row)
-    order = sorted(ids)
-    texts = tokenizer.batch_decode([[t] for t in order]) if tokenizer is not None else [None] * len(order)
-    spelled: dict[int, tuple[str, list[int] | None]] = {}
-    for token_id, text in zip(order, texts):
-        token = f"token_id:{token_id}" if as_ids or text is None else text
-        raw = None if text is None or "\ufffd" in text else list(text.encode("utf-8"))
-        spelled[token_id] = (token, raw)
-    content = []
-    for t, (token_id, logprob) in enumerate(zip(c.completion_ids, c.logprobs)):
-        token, raw = spelled[token_id]
-        alternatives = []
-        if top is not None and t < len(top[0]):
-            for alt_id, alt_lp in zip(top[0][t], top[1][t]):
-                alt_token, alt_raw = spelled[alt_id]
-                alternatives.append({"token": alt_token, "logprob": max(alt_lp, -9999.0), "bytes": alt_raw})
-        logprob = max(logprob, -9999.0)  # as vLLM: JSON has no -inf
-        content.append({"token": token, "logprob": logprob, "bytes": raw, "top_logprobs": alternatives})
-    return {"content": content}
-
-
-def _top_k_scorer(model: ChatModel) -> Any:
-    """`score(prompt_ids, completions, k)` -> one `TopK` per completion, by a forward pass over the model's
-    torch module (under the model's own lock, so it never runs beside a batch's decoding or a weight load);
-    None for a backend without one (an HTTP client, a scripted model)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return None
-    module = getattr(model, "model", None)
-    if not isinstance(module, torch.nn.Module):
-        return None
-    lock = getattr(model, "_lock", None) or contextlib.nullcontext()
-
-    def score(prompt_ids: list[int], completions: list[list[int]], k: int) -> list[TopK]:
-        from ragteam.llm.logprobs import top_logprobs
-
-        with lock, torch.inference_mode():
-            return top_logprobs(module, prompt_ids, completions, k)
-
-    return score
 
 
 async def _load_weights(model: ChatModel, served_name: str, data: Any) -> JSONResponse:
@@ -450,7 +189,7 @@ def make_app(
     batcher = Batcher(model, max_batch_size or int(getattr(model, "max_batch_size", 32)), batch_wait_ms)
     created = int(time.time())
     tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none
-    scorer = _top_k_scorer(model)  # top_logprobs > 0: a forward pass over the local model; None otherwise
+    scorer = top_k_scorer(model)  # top_logprobs > 0: a forward pass over the local model; None otherwise
 
     app = openai_app(f"ragteam LLM server: {served_name}", batcher, served_name, docs, api_key)
 
@@ -527,10 +266,10 @@ def make_app(
                     f"messages[{i}].content is not valid Unicode text ({e.reason} at character {e.start})",
                     param=f"messages.{i}.content",
                 )
-        prefix = _forced_prefix(body, messages)
+        prefix = forced_prefix(body, messages)
         if isinstance(prefix, JSONResponse):
             return prefix
-        constraint = _structured_output(body, model)
+        constraint = structured_output(body, model)
         if isinstance(constraint, JSONResponse):
             return constraint
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
@@ -576,7 +315,9 @@ def make_app(
                 "forced_tokens": c.forced_tokens,
             }
             if body.logprobs:
-                choice["logprobs"] = _logprobs(c, tokenizer, bool(body.return_tokens_as_token_ids), tops[i])
+                choice["logprobs"] = choice_logprobs(
+                    c, tokenizer, bool(body.return_tokens_as_token_ids), tops[i]
+                )
             if body.return_token_ids:
                 choice["token_ids"] = c.completion_ids
             if c.constraint is not None:  # what masked it: the whitelist its log-probs are renormalized over

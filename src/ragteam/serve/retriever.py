@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ragteam.retrieval.base import Retriever
-from ragteam.serving import BearerAuth, BigNumber, BodyError, loads_json, read_body
+from ragteam.serve.batcher import Pending, RequestBatcher, lifespan_of, settle
+from ragteam.serve.guard import BearerAuth, BigNumber, BodyError, loads_json, read_body
 from ragteam.types import Hit
 
 
@@ -52,13 +52,6 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str, field: str | None = None):
         super().__init__(message)
         self.status, self.message, self.field = status, message, field
-
-
-@dataclass
-class _Pending:
-    queries: list[str]
-    k: int
-    future: asyncio.Future = field(repr=False)
 
 
 def validate_request(payload: Any, limits: Limits) -> tuple[list[str], int, bool]:
@@ -134,77 +127,26 @@ def format_result(hits: list[list[Hit]], return_scores: bool) -> dict[str, Any]:
     return {"result": [[document(h) for h in row] for row in hits]}
 
 
-class MicroBatcher:
-    """Gathers the queries of concurrent requests and runs them as one batched search in a thread."""
+class MicroBatcher(RequestBatcher[tuple[list[str], int]]):
+    """Gathers the queries of concurrent requests (up to `max_batch` queries) into one batched search, run in
+    a worker thread; each request gets its slice. `stats` holds the counters /health reports."""
 
     def __init__(self, retriever: Retriever, window_ms: float = 2.0, max_batch: int = 512):
+        super().__init__(max_batch, window_ms)
         self.retriever = retriever
-        self.window = window_ms / 1000.0
-        self.max_batch = max_batch
         self.stats = {"requests": 0, "queries": 0, "batches": 0, "errors": 0, "max_batch_requests": 0}
-        self._queue: asyncio.Queue[_Pending] | None = None
-        self._task: asyncio.Task | None = None
 
-    async def start(self) -> None:
-        self._queue = asyncio.Queue()
-        self._task = asyncio.create_task(self._loop())
+    def size(self, item: tuple[list[str], int]) -> int:
+        return len(item[0])
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def submit(self, queries: list[str], k: int) -> list[list[Hit]]:
-        """The hits of `queries` (top `k` each), searched together with whatever else is pending."""
-        assert self._queue is not None, "MicroBatcher.start() was not awaited"
-        fut = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(queries, k, fut))
-        return await fut
-
-    def _drain(self, batch: list[_Pending], n: int) -> int:
-        assert self._queue is not None
-        while n < self.max_batch and not self._queue.empty():
-            item = self._queue.get_nowait()
-            batch.append(item)
-            n += len(item.queries)
-        return n
-
-    async def _loop(self) -> None:
-        assert self._queue is not None
-        while True:
-            first = await self._queue.get()
-            batch = [first]
-            n = self._drain(batch, len(first.queries))
-            if self.window > 0 and n < self.max_batch:
-                await asyncio.sleep(self.window)
-                n = self._drain(batch, n)
-            batch = [p for p in batch if not p.future.done()]  # clients that went away
-            if not batch:
-                continue
-            try:
-                await self._search(batch)
-            except Exception as e:  # noqa: BLE001 - someone's query broke the batch: find whose, answer the rest
-                if len(batch) == 1:
-                    self._fail(batch[0], e)
-                    continue
-                for p in batch:
-                    try:
-                        await self._search([p])
-                    except Exception as own:  # noqa: BLE001 - this request's own failure, told to it alone
-                        self._fail(p, own)
-
-    def _fail(self, p: _Pending, error: Exception) -> None:
+    def fail(self, pending: Pending[tuple[list[str], int]], error: Exception) -> None:
         self.stats["errors"] += 1
-        if not p.future.done():
-            p.future.set_exception(error)
+        super().fail(pending, error)
 
-    async def _search(self, batch: list[_Pending]) -> None:
+    async def handle(self, batch: list[Pending[tuple[list[str], int]]]) -> None:
         """One batched search for `batch`; each request gets its slice. Raises if the retriever fails."""
-        queries = [q for p in batch for q in p.queries]
-        k = max(p.k for p in batch)
+        queries = [q for p in batch for q in p.item[0]]
+        k = max(p.item[1] for p in batch)
         hits = await asyncio.to_thread(self.retriever.search, queries, k)
         self.stats["batches"] += 1
         self.stats["requests"] += len(batch)
@@ -212,10 +154,9 @@ class MicroBatcher:
         self.stats["max_batch_requests"] = max(self.stats["max_batch_requests"], len(batch))
         start = 0
         for p in batch:
-            part = [row[: p.k] for row in hits[start : start + len(p.queries)]]
-            start += len(p.queries)
-            if not p.future.done():
-                p.future.set_result(part)
+            own, k = p.item
+            settle(p.future, [row[:k] for row in hits[start : start + len(own)]])
+            start += len(own)
 
 
 def make_app(
@@ -235,15 +176,9 @@ def make_app(
     limits = limits or Limits()
     batcher = MicroBatcher(retriever, window_ms=batch_window_ms, max_batch=max_batch)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        await batcher.start()
-        yield
-        await batcher.stop()
-
     app = FastAPI(
         title="ragteam retriever",
-        lifespan=lifespan,
+        lifespan=lifespan_of(batcher),
         docs_url="/docs" if docs else None,
         redoc_url="/redoc" if docs else None,
         openapi_url="/openapi.json" if docs else None,
@@ -293,7 +228,7 @@ def make_app(
             raise RequestError(400, f"malformed JSON: {e}") from None
         queries, topk, return_scores = validate_request(payload, limits)
         try:
-            hits = await batcher.submit(queries, topk)
+            hits = await batcher.submit((queries, topk))
         except Exception as e:  # noqa: BLE001 - the retriever failed on this batch; answer, keep serving
             return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
         return JSONResponse(format_result(hits, return_scores))
