@@ -201,6 +201,9 @@ class Engine:
                 )
                 continue
             plan = kind.plan(self, run, path, planned)
+            if plan.fit and plan.fit.get("refused"):  # its template alone is over the context: never sent
+                self._fail(run, path, "prompt too long", plan.fit["refused"])
+                continue
             batches[name].append(plan)
 
         jobs = {name: self._job(name, plans) for name, plans in batches.items() if plans}
