@@ -1,3 +1,166 @@
-"""ragteam: train small teams of language-model agents between any retriever and any LLM."""
+"""ragteam: train small teams of language-model agents between any retriever and any LLM.
+
+The public API, for a team of your own in one file (docs/extend.md) and for runs driven from Python:
+
+- writing a workflow: `Workflow` (subclass it: `roles`, `run(question)` a generator), `Role` (a declared
+  part: template, parser, limits), the requests a workflow yields (`Act` for the trainable policy, `AskLLM`
+  for the fixed LLM, `Retrieve`) and the results it receives (`Acted`, the LLM's text, `list[list[Hit]]`),
+  `Answer` (what it returns), `BudgetExceeded`, `Constraint`, and the data types (`Question`, `Doc`, `Hit`,
+  `Message`, `Action`); `WorkflowConfig` is what a workflow's constructor receives;
+- extending by name: `register_workflow` (or the `ragteam.workflows` entry-point group, or
+  `--workflow package.module:ClassName`), `build_workflow`, `register_credit` (credit functions,
+  `ragteam.credit`), `register_advantage` and `register_policy_loss` (PPO's estimators and losses,
+  `ragteam.train.advantages` / `ragteam.train.losses`);
+- running: `evaluate`, `collect`, `train_sft`, `train_dpo`, `train_critic`, `train_ppo` with the commands'
+  own configs (`EvalConfig`, `CollectConfig`, `SFTConfig`, `DPOConfig`, `CriticTrainConfig`, `PPOConfig`;
+  `load_config` reads a `--config` YAML file), see `ragteam.api`.
+
+Every name is imported on first use (module `__getattr__`), so `import ragteam` stays light: torch is
+imported only by the names that need it (`register_advantage`, `register_policy_loss`) or by a run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Act",
+    "Acted",
+    "Action",
+    "Answer",
+    "AskLLM",
+    "BudgetExceeded",
+    "CollectConfig",
+    "Constraint",
+    "CriticTrainConfig",
+    "DPOConfig",
+    "Doc",
+    "Episodic",
+    "EvalConfig",
+    "Hit",
+    "Message",
+    "PPOConfig",
+    "Question",
+    "Request",
+    "ResultOf",
+    "Retrieve",
+    "Role",
+    "SFTConfig",
+    "Workflow",
+    "WorkflowConfig",
+    "WorkflowFactory",
+    "build_workflow",
+    "collect",
+    "evaluate",
+    "load_config",
+    "register_advantage",
+    "register_credit",
+    "register_policy_loss",
+    "register_workflow",
+    "train_critic",
+    "train_dpo",
+    "train_ppo",
+    "train_sft",
+    "workflow_names",
+]
+
+_HOMES: dict[str, tuple[str, ...]] = {
+    "ragteam.protocol": (
+        "Act",
+        "Acted",
+        "Answer",
+        "AskLLM",
+        "BudgetExceeded",
+        "Constraint",
+        "Episodic",
+        "Request",
+        "ResultOf",
+        "Retrieve",
+        "Role",
+        "Workflow",
+    ),
+    "ragteam.types": ("Action", "Doc", "Hit", "Message", "Question"),
+    "ragteam.workflows.config": ("WorkflowConfig",),
+    "ragteam.workflows.registry": (
+        "WorkflowFactory",
+        "build_workflow",
+        "register_workflow",
+        "workflow_names",
+    ),
+    "ragteam.credit": ("register_credit",),
+    "ragteam.train.advantages": ("register_advantage",),
+    "ragteam.train.losses": ("register_policy_loss",),
+    "ragteam.api": (
+        "CollectConfig",
+        "CriticTrainConfig",
+        "DPOConfig",
+        "EvalConfig",
+        "PPOConfig",
+        "SFTConfig",
+        "collect",
+        "evaluate",
+        "load_config",
+        "train_critic",
+        "train_dpo",
+        "train_ppo",
+        "train_sft",
+    ),
+}
+"""Where each public name lives (the module imported the first time the name is read)."""
+
+_EXPORTS = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module the first time it is read (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ragteam' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time the names above load lazily
+    from ragteam.api import (
+        CollectConfig,
+        CriticTrainConfig,
+        DPOConfig,
+        EvalConfig,
+        PPOConfig,
+        SFTConfig,
+        collect,
+        evaluate,
+        load_config,
+        train_critic,
+        train_dpo,
+        train_ppo,
+        train_sft,
+    )
+    from ragteam.credit import register_credit
+    from ragteam.protocol import (
+        Act,
+        Acted,
+        Answer,
+        AskLLM,
+        BudgetExceeded,
+        Constraint,
+        Episodic,
+        Request,
+        ResultOf,
+        Retrieve,
+        Role,
+        Workflow,
+    )
+    from ragteam.train.advantages import register_advantage
+    from ragteam.train.losses import register_policy_loss
+    from ragteam.types import Action, Doc, Hit, Message, Question
+    from ragteam.workflows.config import WorkflowConfig
+    from ragteam.workflows.registry import WorkflowFactory, build_workflow, register_workflow, workflow_names

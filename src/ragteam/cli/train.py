@@ -38,9 +38,8 @@ def check_train_out(kind: str, cfg: TrainConfig) -> None:
 
 
 def run_trainer(kind: str, cfg: TrainConfig, train: Callable[[], Path]) -> int:
-    """Run `train()` (after `check_train_out`); on Ctrl-C say how to resume; on success say how to load
-    the result."""
-    check_train_out(kind, cfg)
+    """Run `train()` (the command's `train(cfg)`, which checks --out first); on Ctrl-C say how to resume; on
+    success say how to load the result."""
     try:
         out = train()
     except KeyboardInterrupt:

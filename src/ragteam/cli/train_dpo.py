@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
-from ragteam.cli.train import OVERWRITE_HELP, common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, check_train_out, common, run_trainer
 from ragteam.train.common import TrainConfig
 from ragteam.train.dpo import DPOOptions
 
@@ -16,7 +18,14 @@ class Config(TrainConfig):
     overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
 
-def run(cfg: Config) -> int:
+def train(cfg: Config) -> Path:
+    """What the command does, for Python (`ragteam.train_dpo`): --out checked, the model trained; returns the
+    output folder."""
     from ragteam.train.dpo import train_dpo
 
-    return run_trainer("dpo", cfg, lambda: train_dpo(common(cfg), cfg.dpo))
+    check_train_out("dpo", cfg)
+    return train_dpo(common(cfg), cfg.dpo)
+
+
+def run(cfg: Config) -> int:
+    return run_trainer("dpo", cfg, lambda: train(cfg))

@@ -12,6 +12,7 @@ The phases and the output folder are described in `ragteam.train.ppo`.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pydantic import Field
 
@@ -25,12 +26,18 @@ class Config(PPOConfig):
     overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
 
-def run(cfg: Config) -> int:
+def train(cfg: Config) -> Path:
+    """What the command does, for Python (`ragteam.train_ppo`): --out checked, the recipe applied, the
+    iterations run; returns the output folder (the final policy)."""
     from ragteam.train.ppo import train_ppo
 
     check_train_out("ppo", cfg)  # type: ignore[arg-type]  (duck-typed: .out, .overwrite)
+    return train_ppo(PPOConfig.model_validate(cfg.model_dump(exclude_unset=True, exclude={"overwrite"})))
+
+
+def run(cfg: Config) -> int:
     try:
-        out = train_ppo(PPOConfig.model_validate(cfg.model_dump(exclude_unset=True, exclude={"overwrite"})))
+        out = train(cfg)
     except KeyboardInterrupt:
         print(
             f"\nragteam train ppo: interrupted; continue with the same command and --resume "

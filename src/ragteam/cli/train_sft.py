@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from ragteam.cli.train import OVERWRITE_HELP, common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, check_train_out, common, run_trainer
 from ragteam.train.common import TrainConfig
 from ragteam.train.sft import SFTOptions
 
@@ -24,8 +25,18 @@ class Config(TrainConfig):
     overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
 
-def run(cfg: Config) -> int:
+def train(cfg: Config) -> Path:
+    """What the command does, for Python (`ragteam.train_sft`): the preset applied, --out checked, the
+    model trained; returns the output folder."""
     from ragteam.train.sft import train_sft, with_preset
 
     cfg = with_preset(cfg)
-    return run_trainer("sft", cfg, lambda: train_sft(common(cfg), cfg.sft))
+    check_train_out("sft", cfg)
+    return train_sft(common(cfg), cfg.sft)
+
+
+def run(cfg: Config) -> int:
+    from ragteam.train.sft import with_preset
+
+    cfg = with_preset(cfg)  # the message names --lora as the preset sets it (applying it again is a no-op)
+    return run_trainer("sft", cfg, lambda: train(cfg))

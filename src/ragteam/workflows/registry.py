@@ -1,6 +1,27 @@
-"""The workflows by command-line name, and the one function that builds them from a WorkflowConfig."""
+"""The workflows by name: a registry that commands build from, open to teams written outside the package.
+
+A name resolves, in this order, to
+
+1. a registered factory (`register_workflow(name, factory)`: the built-in ten below, or a team registered
+   by code that ran before the command built it);
+2. an installed package's entry point in the group `ragteam.workflows` (its `pyproject.toml`:
+   `[project.entry-points."ragteam.workflows"] search-r1 = "search_r1.workflow:SearchR1"`), loaded the
+   first time the name is built, listed by name in every command's `--help` without being imported;
+3. `package.module:ClassName`: imported from the module path (the module must be importable: installed,
+   or on `PYTHONPATH`).
+
+A factory is anything called with a `WorkflowConfig` that returns a `Workflow`: a `Workflow` subclass whose
+`__init__(cfg)` takes the config, or a function. A name that resolves to nothing, a module that fails to
+import or an attribute it lacks is a one-line ValueError naming it (the CLI prints it as `ragteam: error:`).
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import partial
+from importlib.metadata import EntryPoint, entry_points
+from typing import TypeAlias, TypeVar
 
 from ragteam.protocol import Workflow
 from ragteam.workflows import profiles
@@ -10,24 +31,130 @@ from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import AGENTS, GymAgent
 from ragteam.workflows.mmoa import MMOA
 
-WORKFLOWS: list[str] = ["direct", "standard-rag", "c3po", "mmoa", *(f"gym:{a}" for a in AGENTS)]
-"""Every workflow name `build_workflow` knows, in the order commands list them."""
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "WORKFLOWS",
+    "WorkflowFactory",
+    "build_workflow",
+    "register_workflow",
+    "workflow_help",
+    "workflow_names",
+]
+
+WorkflowFactory: TypeAlias = Callable[[WorkflowConfig], Workflow]
+"""What a name builds from: called with the run's workflow options, returns the configured workflow."""
+
+F = TypeVar("F", bound=WorkflowFactory)
+
+ENTRY_POINT_GROUP = "ragteam.workflows"
+"""The entry-point group an installed package declares its teams in (name = "package.module:Factory")."""
+
+_FACTORIES: dict[str, WorkflowFactory] = {}
+
+WORKFLOWS: list[str] = []
+"""Every registered workflow name, in the order commands list them (the built-in ones first)."""
+
+
+def register_workflow(name: str, factory: F | None = None) -> F | Callable[[F], F]:
+    """Register `factory` under `name` (once), so `--workflow NAME` builds it; returns the factory.
+
+    Without `factory` it is a decorator: `@register_workflow("search-r1")` above a Workflow class. Register
+    at import time of a module the run imports (or declare an entry point, which needs no import)."""
+
+    def deco(fn: F) -> F:
+        if not name.strip():
+            raise ValueError("a workflow name may not be empty")
+        if name in _FACTORIES:
+            raise ValueError(f"workflow {name!r} is already registered ({_FACTORIES[name]!r})")
+        _FACTORIES[name] = fn
+        WORKFLOWS.append(name)
+        return fn
+
+    return deco(factory) if factory is not None else deco
+
+
+for _name, _factory in (("direct", Direct), ("standard-rag", StandardRAG), ("c3po", C3PO), ("mmoa", MMOA)):
+    register_workflow(_name, _factory)
+for _agent in AGENTS:
+    register_workflow(f"gym:{_agent}", partial(GymAgent, agent=_agent))
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    """The installed packages' workflows by name (a registered name wins over an entry point's)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _FACTORIES}
+
+
+def workflow_names() -> list[str]:
+    """Every name `build_workflow` knows without a module path: registered ones, then installed ones."""
+    return [*WORKFLOWS, *sorted(_entry_points())]
+
+
+def workflow_help() -> str:
+    """The `--workflow` option's description, listing the names this install knows."""
+    return f"workflow: {', '.join(workflow_names())}, or package.module:ClassName (a Workflow of your own)"
 
 
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
-    """The workflow called `name`, configured by `cfg`; ValueError listing the known names otherwise."""
+    """The workflow called `name`, configured by `cfg`; a one-line ValueError naming what failed otherwise."""
     cfg = with_profile(cfg if cfg is not None else WorkflowConfig(), name)
-    if name == "direct":
-        return Direct(cfg)
-    if name == "standard-rag":
-        return StandardRAG(cfg)
-    if name == "c3po":
-        return C3PO(cfg)
-    if name == "mmoa":
-        return MMOA(cfg)
-    if name.startswith("gym:") and name[len("gym:") :] in AGENTS:
-        return GymAgent(cfg, agent=name[len("gym:") :])
-    raise ValueError(f"unknown workflow {name!r}; choose one of: {', '.join(WORKFLOWS)}")
+    workflow = _factory(name)(cfg)
+    if not isinstance(workflow, Workflow):
+        raise ValueError(
+            f"workflow {name!r} built a {type(workflow).__name__}, not a ragteam.Workflow (subclass "
+            "ragteam.Workflow and take the WorkflowConfig as the constructor's argument)"
+        )
+    return workflow
+
+
+def _factory(name: str) -> WorkflowFactory:
+    """The factory of a registered name, an entry point or a `module:attribute` path."""
+    if name in _FACTORIES:
+        return _FACTORIES[name]
+    installed = _entry_points()
+    if name in installed:
+        return _load(name, installed[name].value, f"entry point {name!r} of group {ENTRY_POINT_GROUP!r}")
+    if ":" in name:
+        return _load(name, name, None)
+    raise ValueError(f"unknown workflow {name!r}; {_choices()}")
+
+
+def _load(name: str, target: str, origin: str | None) -> WorkflowFactory:
+    """Import `module:attribute` (`target`); `origin` names where the path came from (an entry point)."""
+    module_name, _, attr = target.partition(":")
+    where = f"{origin} ({target})" if origin else f"workflow {name!r}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if origin is None and (module_name == missing or module_name.startswith(missing + ".")):
+            raise ValueError(
+                f"unknown workflow {name!r}: no module {missing!r} to import it from; {_choices()}"
+            ) from None
+        raise ValueError(f"{where}: module {module_name!r} failed to import: {_one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001 (any error while importing user code is reported, one line)
+        raise ValueError(f"{where}: module {module_name!r} failed to import: {_one_line(e)}") from None
+    obj: object = module
+    for part in attr.split(".") if attr else ():
+        if not hasattr(obj, part):
+            raise ValueError(f"{where}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not attr or not callable(obj):
+        raise ValueError(
+            f"{where}: {target!r} is not a Workflow class or factory (give package.module:ClassName)"
+        )
+    return obj  # type: ignore[return-value]
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as `Type: message` on one line (a SyntaxError names its file and line)."""
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"SyntaxError: {e.msg} ({e.filename}, line {e.lineno})"
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _choices() -> str:
+    return f"choose one of: {', '.join(workflow_names())}, or give package.module:ClassName"
 
 
 def with_profile(cfg: WorkflowConfig, name: str) -> WorkflowConfig:

@@ -1,0 +1,101 @@
+"""The commands as Python functions: evaluate, collect and train with the configs the CLI builds from flags.
+
+    import ragteam
+
+    cfg = ragteam.EvalConfig(workflow="mmoa", data="hotpotqa-dev-500.jsonl", out="runs/mmoa", limit=50)
+    metrics = ragteam.evaluate(cfg)                       # what `ragteam eval` writes, and its metrics
+    cfg = ragteam.load_config(ragteam.PPOConfig, "ppo.yaml", {"iterations": 2})   # a --config file
+    policy = ragteam.train_ppo(cfg)                       # the folder of the trained policy
+
+Each config class is the command's own (`ragteam.cli.<command>.Config`: the same fields, defaults, profiles,
+recipes and presets as its flags; `load_config` reads the YAML a `--config` file holds), and each function
+is the one the command runs, without the terminal around it: no exit codes, no messages on Ctrl-C (the
+KeyboardInterrupt reaches the caller), errors raised (a ValueError says what is wrong with the input). Like
+the command, each points the library caches under `$RAGTEAM_HOME` and runs offline (`setup_caches`) and
+refuses an `out` folder holding files it did not write unless `overwrite=True`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ragteam.cli.collect import Config as CollectConfig
+from ragteam.cli.evaluate import Config as EvalConfig
+from ragteam.cli.train_critic import Config as CriticTrainConfig
+from ragteam.cli.train_dpo import Config as DPOConfig
+from ragteam.cli.train_ppo import Config as PPOConfig
+from ragteam.cli.train_sft import Config as SFTConfig
+from ragteam.config import load_config, setup_caches
+
+__all__ = [
+    "CollectConfig",
+    "CriticTrainConfig",
+    "DPOConfig",
+    "EvalConfig",
+    "PPOConfig",
+    "SFTConfig",
+    "collect",
+    "evaluate",
+    "load_config",
+    "train_critic",
+    "train_dpo",
+    "train_ppo",
+    "train_sft",
+]
+
+Log = Callable[[str], Any]
+
+
+def evaluate(cfg: EvalConfig, log: Log = print) -> dict[str, Any]:
+    """`ragteam eval`: run the workflow on the questions, write the run folder (`cfg.out`: episodes,
+    metrics, report, plots; resumed when it holds a finished part) and return what metrics.json holds.
+    `log` receives the progress lines."""
+    from ragteam.eval.run import run_eval
+
+    setup_caches()
+    return run_eval(cfg, log=log)
+
+
+def collect(cfg: CollectConfig, log: Log = print) -> dict[str, Any]:
+    """`ragteam collect sft|process`: roll out with a teacher, write training rows into `cfg.out` and
+    return the summary (summary.json)."""
+    from ragteam.collect.run import run_collect
+
+    setup_caches()
+    return run_collect(cfg, log=log)
+
+
+def train_sft(cfg: SFTConfig) -> Path:
+    """`ragteam train sft`: supervised fine-tuning on SFT rows; returns the output folder (a model, or a LoRA
+    adapter with `lora=True`)."""
+    from ragteam.cli import train_sft as command
+
+    setup_caches()
+    return command.train(cfg)
+
+
+def train_dpo(cfg: DPOConfig) -> Path:
+    """`ragteam train dpo`: DPO on ranked pairs; returns the output folder."""
+    from ragteam.cli import train_dpo as command
+
+    setup_caches()
+    return command.train(cfg)
+
+
+def train_critic(cfg: CriticTrainConfig) -> Path:
+    """`ragteam train critic`: a process reward model on ranked pairs; returns the output folder (load it
+    as `critic.model`)."""
+    from ragteam.cli import train_critic as command
+
+    setup_caches()
+    return command.train(cfg)
+
+
+def train_ppo(cfg: PPOConfig) -> Path:
+    """`ragteam train ppo`: multi-agent PPO from a recipe; returns the output folder (the final policy)."""
+    from ragteam.cli import train_ppo as command
+
+    setup_caches()
+    return command.train(cfg)
