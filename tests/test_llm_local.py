@@ -9,7 +9,8 @@ import torch
 from conftest import TEST_DEVICE
 
 from ragteam.llm.base import ChatModel, ChatRequest, Completion, ModelError, Sampling, TokenCounter
-from ragteam.llm.local import LocalChatModel, group_rows
+from ragteam.llm.decoder import group_rows
+from ragteam.llm.local import LocalChatModel
 from ragteam.llm.sampling import find_stop, next_tokens, sample_seed
 from ragteam.llm.tiny import tiny_model_dir
 

@@ -15,6 +15,8 @@ from pydantic import Field
 
 from ragteam.serve.listen import ServerConfig
 
+MAX_BATCH_TOKENS = 32_768  # SmolLM2-135M in float32: about 1.5 GB of KV cache
+
 
 class Config(ServerConfig):
     """Settings of `ragteam serve llm`."""
@@ -37,6 +39,12 @@ class Config(ServerConfig):
     )
     lora: str | None = Field(None, description="folder of a LoRA adapter (peft) to apply")
     max_batch_size: int = Field(32, ge=1, description="most requests gathered into one generate call")
+    max_batch_tokens: int = Field(
+        MAX_BATCH_TOKENS,
+        ge=1,
+        description="most padded tokens decoded in one batch (rows x (longest prompt + longest max_tokens)): "
+        "a long request runs apart from short ones; a batch out of memory is run again row by row",
+    )
     batch_wait_ms: float = Field(
         5.0, ge=0, description="how long to wait for more requests before starting a batch"
     )
@@ -65,7 +73,12 @@ def run(cfg: Config) -> int:
 
         torch.set_num_threads(cfg.threads)
     model = LocalChatModel(
-        cfg.model, device=cfg.device, dtype=cfg.dtype, lora=cfg.lora, max_batch_size=cfg.max_batch_size
+        cfg.model,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        lora=cfg.lora,
+        max_batch_size=cfg.max_batch_size,
+        max_batch_tokens=cfg.max_batch_tokens,
     )
     name = cfg.served_name or model.name
     app = make_app(

@@ -96,11 +96,13 @@ class ModelError:
     """A request that failed after the backend's retries; `where` names the endpoint or model.
 
     `bad_request` marks a request that can never be served as sent (a prompt longer than the model's
-    context, a setting the backend refuses): a server answers it 400, not 500, and retrying does not help."""
+    context, a setting the backend refuses): a server answers it 400, not 500, and retrying does not help.
+    `too_large` marks one that ran out of memory alone (its message names its size and the limit): 413."""
 
     message: str
     where: str = ""
     bad_request: bool = False
+    too_large: bool = False
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}" if self.where else self.message

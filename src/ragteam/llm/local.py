@@ -1,8 +1,4 @@
-"""Local chat backend on transformers: chat template, left-padded batched decoding, token ids and log-probs.
-
-Decoding is our own loop over the model's KV cache (not `model.generate`) so that one batch can mix requests
-with different temperature / top_p / max_tokens / stop strings / seeds / forced prefixes, rows that finish
-leave the batch, and every token's log-probability comes out of the forward pass that ran on it.
+"""Local chat backend on transformers: loading a model, the chat template, token ids and log-probs.
 
 Log-probs. `Completion.logprobs[t]` is log p(completion_ids[t] | prompt, completion_ids[:t]) under the *raw
 model distribution* (temperature 1, no top-p), whatever temperature the token was sampled at. That is what
@@ -18,15 +14,8 @@ strings are looked for in the sampled part only. `max_tokens` bounds the sampled
 `sample_after_prefix=False` nothing is sampled: the prefix is closed by the end-of-turn token, scored too.
 `completion_tokens == len(completion_ids)`.
 
-Shared prefill. Rows of a batch with identical input ids (the n samples of one request, the same prompt asked
-twice) run the prompt's forward pass once; its KV cache is then copied to each row. This changes no token
-(the rows would have computed the same cache, up to float round-off between batch shapes) and saves the
-prompt's compute n - 1 times, which is most of the work when n continuations of a long prompt are short (tree
-rollouts). `stats` counts the `prefill_rows` and `prefill_tokens` actually computed (`share_prefill=False`
-turns sharing off, for benchmarks).
-
-Seeds. Sample j of a request with seed s draws from its own generator seeded by mix(s, j), so a seeded
-request gives the same samples whatever else shares its batch (up to float round-off between batch shapes).
+Decoding: `ragteam.llm.decoder` (shared prefill, seeds, batches cut by `max_batch_size` and the
+`max_batch_tokens` budget, a batch out of memory run again row by row).
 
 Serving hooks. `chat(..., cancelled=, on_result=)` lets a server (`ragteam.serve.llm`) schedule by step:
 `cancelled(i)` is asked before each chunk of rows and at every decoding step, and once it says yes request i's
@@ -54,22 +43,17 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError, Sampling
+from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.llm.constraint import Constraint, constraint_record, token_whitelist
+from ragteam.llm.decoder import BatchedDecoder, Row
 from ragteam.llm.logprobs import completion_logprobs
 from ragteam.llm.sampling import (
-    find_stop,
-    gather_logprobs,
-    mask_logits,
-    next_tokens,
     sample_seed,
-    whitelist_mask,
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -103,50 +87,6 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def group_rows(inputs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
-    """Group rows by identical input ids, so that each distinct prompt is prefilled once.
-
-    Returns (first, group): `first[g]` is the first row with distinct input g and `group[i]` is row i's
-    distinct input, so `inputs[first[group[i]]] == inputs[i]`.
-    """
-    index: dict[tuple[int, ...], int] = {}
-    first: list[int] = []
-    group: list[int] = []
-    for i, ids in enumerate(inputs):
-        g = index.setdefault(tuple(ids), len(first))
-        if g == len(first):
-            first.append(i)
-        group.append(g)
-    return first, group
-
-
-def _ungrouped(n: int) -> tuple[list[int], list[int]]:
-    """`group_rows` when sharing is off: every row is its own group."""
-    return list(range(n)), list(range(n))
-
-
-@dataclass
-class _Row:
-    """One sequence being decoded: sample `sample` of request `request`."""
-
-    request: int
-    sample: int
-    prompt_ids: list[int]  # the rendered chat template
-    inputs: list[int]  # what the prefill runs on: prompt_ids + the forced prefix's ids
-    prefix: str
-    forced: int  # tokens of the forced prefix (the first `forced` of `ids`)
-    close_after_prefix: bool  # sample nothing: the next token is end-of-turn
-    sampling: Sampling
-    max_new: int  # sampled tokens at most
-    generator: torch.Generator | None
-    ids: list[int] = field(default_factory=list)  # completion ids: the prefix's, then the sampled ones
-    logprobs: list[float] = field(default_factory=list)
-    finish: str | None = None
-    text: str | None = None
-    constraint: Constraint | None = None  # the request's constraint
-    allowed: list[int] | None = None  # its token whitelist (sorted ids), None when unconstrained
-
-
 def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Tensor]:
     """Every tensor of the `*.safetensors` files in `folder` (a model saved by `save_pretrained`, sharded
     or not); FileNotFoundError when there are none."""
@@ -161,8 +101,9 @@ def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Ten
     return state
 
 
-class LocalChatModel:
-    """A Hugging Face causal LM answering `ChatRequest`s in left-padded batches of up to `max_batch_size` rows."""
+class LocalChatModel(BatchedDecoder):
+    """A Hugging Face causal LM answering `ChatRequest`s in left-padded batches of up to `max_batch_size` rows
+    and, with `max_batch_tokens`, that many padded tokens (`ragteam.llm.decoder`)."""
 
     supports_constraints = True  # enforces `ChatRequest.constraint` by a token whitelist (module docstring)
 
@@ -176,6 +117,7 @@ class LocalChatModel:
         name: str | None = None,
         merge_lora: bool = True,
         share_prefill: bool = True,
+        max_batch_tokens: int | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -196,7 +138,7 @@ class LocalChatModel:
         model.to(dev)
         model.eval()
         default_name = Path(path).name if str(path_or_name) not in ("smollm2", "tiny") else str(path_or_name)
-        self._setup(model, tokenizer, name or default_name, max_batch_size, share_prefill)
+        self._setup(model, tokenizer, name or default_name, max_batch_size, share_prefill, max_batch_tokens)
         self.path = path
 
     @classmethod
@@ -207,22 +149,35 @@ class LocalChatModel:
         name: str = "policy",
         max_batch_size: int = 32,
         share_prefill: bool = True,
+        max_batch_tokens: int | None = None,
     ) -> LocalChatModel:
         """Wrap an already loaded model + tokenizer (e.g. the policy being trained); shares its weights."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name, max_batch_size, share_prefill)
+        self._setup(model, tokenizer, name, max_batch_size, share_prefill, max_batch_tokens)
         self.path = None
         return self
 
-    def _setup(self, model: Any, tokenizer: Any, name: str, max_batch_size: int, share_prefill: bool) -> None:
+    def _setup(
+        self,
+        model: Any,
+        tokenizer: Any,
+        name: str,
+        max_batch_size: int,
+        share_prefill: bool,
+        max_batch_tokens: int | None,
+    ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1 (or None: no budget), got {max_batch_tokens}")
         if tokenizer.chat_template is None:
             raise ValueError(f"model {name!r}: the tokenizer has no chat template")
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens  # padded tokens per decoding batch (ragteam.llm.decoder)
+        self.batch_hook = None  # called with each decoding batch's rows before it runs (tests)
         self.share_prefill = share_prefill
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = {tokenizer.eos_token_id}
@@ -243,10 +198,6 @@ class LocalChatModel:
         self._whitelists: dict[Constraint, list[int]] = {}
         self._lock = threading.Lock()
         self.stats = {"batches": 0, "rows": 0, "prefill_rows": 0, "prefill_tokens": 0, "generated_tokens": 0}
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
     # ---- prompts -------------------------------------------------------------------------------------------
 
@@ -340,7 +291,7 @@ class LocalChatModel:
         `cancelled` and `on_result` are the serving hooks (module docstring); a cancelled request's result is
         a ModelError saying so."""
         results: list[ChatResult | None] = [None] * len(requests)
-        rows: list[_Row] = []
+        rows: list[Row] = []
         for i, req in enumerate(requests):
             try:
                 rows.extend(self._rows_for(i, req))
@@ -351,29 +302,18 @@ class LocalChatModel:
                     bad_request=isinstance(e, ValueError),  # _rows_for's checks: the request, not the model
                 )
         rows.sort(key=lambda r: (len(r.inputs), r.inputs))  # identical prompts side by side: one prefill
-        by_request: dict[int, list[_Row]] = {}
+        by_request: dict[int, list[Row]] = {}
         for r in rows:
             by_request.setdefault(r.request, []).append(r)
         left = {i: len(its_rows) for i, its_rows in by_request.items()}
 
-        def finished(r: _Row) -> None:
+        def finished(r: Row) -> None:
             left[r.request] -= 1
             if left[r.request] == 0 and on_result is not None:
                 on_result(r.request, self._result(by_request[r.request]))
 
-        failed: dict[int, ModelError] = {}
         with self._lock, torch.inference_mode():
-            for start in range(0, len(rows), self.max_batch_size):
-                chunk = rows[start : start + self.max_batch_size]
-                if cancelled is not None:
-                    chunk = [r for r in chunk if not cancelled(r.request)]
-                    if not chunk:
-                        continue
-                try:
-                    self._decode(chunk, finished, cancelled)
-                except Exception as e:  # noqa: BLE001 - e.g. out of memory: fail these requests, keep the others
-                    for r in chunk:
-                        failed[r.request] = ModelError(f"{type(e).__name__}: {e}", where=f"local:{self.name}")
+            failed = self.decode_rows(rows, finished, cancelled)
         for i, its_rows in by_request.items():
             if cancelled is not None and cancelled(i):
                 results[i] = ModelError("cancelled: its client went away", where=f"local:{self.name}")
@@ -381,11 +321,11 @@ class LocalChatModel:
                 results[i] = failed[i] if i in failed else self._result(its_rows)
         return [r if r is not None else ModelError("no result", where=f"local:{self.name}") for r in results]
 
-    def _result(self, its_rows: list[_Row]) -> list[Completion]:
+    def _result(self, its_rows: list[Row]) -> list[Completion]:
         """One request's completions, in sample order."""
         return [self._completion(r) for r in sorted(its_rows, key=lambda r: r.sample)]
 
-    def _rows_for(self, index: int, req: ChatRequest) -> list[_Row]:
+    def _rows_for(self, index: int, req: ChatRequest) -> list[Row]:
         s = req.sampling
         if s.n < 1:
             raise ValueError(f"n must be >= 1, got {s.n}")
@@ -415,7 +355,7 @@ class LocalChatModel:
                 gen = torch.Generator(device="cpu")
                 gen.manual_seed(sample_seed(s.seed, j))
             rows.append(
-                _Row(
+                Row(
                     request=index,
                     sample=j,
                     prompt_ids=ids,
@@ -433,7 +373,7 @@ class LocalChatModel:
             )
         return rows
 
-    def _completion(self, r: _Row) -> Completion:
+    def _completion(self, r: Row) -> Completion:
         return Completion(
             text=r.text or "",
             finish_reason=r.finish or "length",
@@ -448,153 +388,6 @@ class LocalChatModel:
             if r.constraint is None
             else constraint_record(r.constraint, "logits_mask", True, allowed_ids=list(r.allowed or ())),
         )
-
-    # ---- decoding ------------------------------------------------------------------------------------------
-
-    def _decode(
-        self,
-        rows: list[_Row],
-        finished: Callable[[_Row], None] | None = None,
-        cancelled: Callable[[int], bool] | None = None,
-    ) -> None:
-        """Decode `rows` together until each hits EOS, a stop string or its max_new tokens (fills the rows).
-
-        `finished(row)` is called as each row ends; a row whose request is `cancelled` leaves the batch."""
-        dev = self.device
-        b = len(rows)
-        cache, logits, attn, pos = self._prefill(rows)
-        allowed = self._allowed_mask(rows, logits.shape[-1])  # [B, V] bool; None: no row is constrained
-        temperature = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, device=dev)
-        top_p = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=dev)
-        # -1: the row samples its next token; else the token it must take (end-of-turn after a bare prefix)
-        forced_next = torch.tensor(
-            [self.eot_id if r.close_after_prefix else -1 for r in rows], dtype=torch.long, device=dev
-        )
-        next_pos = pos[:, -1:] + 1
-        active = list(range(b))  # rows[active[k]] is batch row k
-        self.stats["batches"] += 1
-        self.stats["rows"] += b
-        while True:
-            uniforms = torch.tensor(
-                [
-                    float(torch.rand((), generator=rows[k].generator)) if rows[k].generator else 0.0
-                    for k in active
-                ],
-                dtype=torch.float32,
-                device=dev,
-            )
-            if allowed is not None:  # constrained rows: every token outside the whitelist is masked
-                logits = mask_logits(logits, allowed)
-            tokens = next_tokens(logits, temperature, top_p, uniforms)
-            tokens = torch.where(forced_next >= 0, forced_next, tokens)
-            token_lp = gather_logprobs(logits, tokens).tolist()
-            token_list = tokens.tolist()
-            self.stats["generated_tokens"] += len(active)  # before a finished row is reported
-            keep: list[int] = []
-            for k, row_index in enumerate(active):
-                row = rows[row_index]
-                if not self._append(row, token_list[k], token_lp[k]):
-                    if finished is not None:
-                        finished(row)
-                elif cancelled is not None and cancelled(row.request):
-                    row.finish = "cancelled"
-                else:
-                    keep.append(k)
-            if not keep:
-                break
-            if len(keep) < len(active):
-                sel = torch.tensor(keep, dtype=torch.long, device=dev)
-                cache.reorder_cache(sel)
-                tokens, attn, next_pos = tokens[sel], attn[sel], next_pos[sel]
-                temperature, top_p, forced_next = temperature[sel], top_p[sel], forced_next[sel]
-                allowed = allowed[sel] if allowed is not None else None
-                active = [active[k] for k in keep]
-            attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=-1)
-            out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=attn,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            next_pos = next_pos + 1
-
-    def _prefill(self, rows: list[_Row]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the rows' inputs through the model, each distinct input once, and score the forced prefixes.
-
-        Returns the KV cache, the next-token logits [B, V] float32, the attention mask and the position ids
-        [B, width], one row per row of `rows` (rows with the same inputs get copies of one prefilled row).
-        """
-        dev = self.device
-        first, group = group_rows([r.inputs for r in rows]) if self.share_prefill else _ungrouped(len(rows))
-        inputs = [rows[i].inputs for i in first]
-        width = max(map(len, inputs))
-        ids = torch.full((len(inputs), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(inputs), width), dtype=torch.long)
-        for i, x in enumerate(inputs):
-            ids[i, width - len(x) :] = torch.tensor(x)
-            attn[i, width - len(x) :] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        forced = max(rows[i].forced for i in first)
-        out = self.model(
-            input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=forced + 1
-        )
-        self.stats["prefill_rows"] += len(inputs)
-        self.stats["prefill_tokens"] += sum(map(len, inputs))
-        # logits [G, forced + 1, V]: the predictions of the last `forced` input tokens, then of the next token.
-        # A row's prefix is the end of its inputs, so its f tokens are predicted by the f columns before the last.
-        # A constrained row scores its prefix under its whitelist (rows sharing an input may differ in that).
-        prefix_lp: dict[tuple[int, tuple[int, ...] | None], list[float]] = {}
-        for r, g in zip(rows, group):
-            key = (g, tuple(r.allowed) if r.allowed is not None else None)
-            if key not in prefix_lp:
-                f = rows[first[g]].forced
-                logits_g = out.logits[g, forced - f : forced]
-                if r.allowed is not None and f:
-                    table = torch.tensor([r.allowed], dtype=torch.long, device=dev)
-                    logits_g = mask_logits(logits_g, whitelist_mask(table, logits_g.shape[-1]))
-                prefix_lp[key] = gather_logprobs(logits_g, ids[g, width - f :]).tolist()
-            r.logprobs = list(prefix_lp[key])
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
-        if len(first) < len(rows):
-            sel = torch.tensor(group, dtype=torch.long, device=dev)
-            cache.reorder_cache(sel)  # index_select on the batch axis: copies of the shared rows
-            logits, attn, pos = logits[sel], attn[sel], pos[sel]
-        return cache, logits, attn, pos
-
-    def _allowed_mask(self, rows: list[_Row], vocab: int) -> torch.Tensor | None:
-        """[B, V] bool: the tokens each row may take (all, for an unconstrained row); None when none is."""
-        if all(r.allowed is None for r in rows):
-            return None
-        table = torch.full((len(rows), max(len(r.allowed or ()) for r in rows)), -1, dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r.allowed:
-                table[i, : len(r.allowed)] = torch.tensor(r.allowed, dtype=torch.long)
-        return whitelist_mask(table.to(self.device), vocab)
-
-    def _append(self, r: _Row, token: int, logprob: float) -> bool:
-        """Record one sampled token; decide whether the row goes on (True) or has finished (False)."""
-        r.ids.append(token)
-        r.logprobs.append(logprob)
-        sampled = r.ids[r.forced :]  # stop strings are looked for here only, never in the forced prefix
-        if token in self.eos_ids or r.close_after_prefix:
-            r.finish = "stop"
-            r.text = r.prefix + self.tokenizer.decode(sampled[:-1], skip_special_tokens=True)
-            return False
-        if r.sampling.stop:
-            text = self.tokenizer.decode(sampled, skip_special_tokens=True)
-            cut = find_stop(text, r.sampling.stop)
-            if cut >= 0:
-                r.finish, r.text = "stop", r.prefix + text[:cut]
-                return False
-        if len(sampled) >= r.max_new:
-            r.finish = "length"
-            r.text = r.prefix + self.tokenizer.decode(sampled, skip_special_tokens=True)
-            return False
-        return True
 
     # ---- scoring -------------------------------------------------------------------------------------------
 

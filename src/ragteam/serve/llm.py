@@ -35,9 +35,12 @@ the role's parser still reads the reply. Each choice then carries the non-standa
 (`guided_json`, `guided_choice`, `structured_outputs.json`, `response_format` of a JSON type, ...), a regex
 beyond literal texts, or a backend that cannot mask is answered 400 naming the field.
 
-Batching: requests go into a queue; a single loop takes the first waiting request, gathers whatever else arrives
-within `batch_wait_ms` (up to `max_batch_size` requests) and runs `model.chat(batch)` in a worker thread. While a
-batch decodes, new requests queue up and form the next batch, so under load batches fill by themselves.
+Batching (`ragteam.serve.batcher`): requests go into a queue; a single loop takes the first waiting request,
+gathers whatever else arrives within `batch_wait_ms` (up to `max_batch_size` requests) and runs
+`model.chat(batch)` in a worker thread. While a batch decodes, new requests queue up and form the next batch,
+so under load batches fill by themselves. The local model decodes a batch in pieces that fit a token budget
+(`serve llm --max-batch-tokens`: rows x longest prompt and completion), so a long request runs apart from the
+short ones, and a piece that runs out of memory is run again row by row (`ragteam.llm.decoder`).
 
 Scheduling by step. With a model that takes the serving hooks (`LocalChatModel.chat(cancelled=, on_result=)`),
 each request is answered as soon as its own rows finish, not when the longest request of its batch does, and
@@ -49,8 +52,9 @@ bound the wait; a request asking for more is refused 400).
 Errors are OpenAI-shaped `{"error": {"message", "type", "param"}}`: 400 for bad JSON, bad fields, text that is
 not encodable (a lone surrogate) or a prompt longer than the model's context (`ModelError.bad_request`), 401
 without the API key (`api_key`), 404 for an unknown model name, 408 for a body that does not arrive in time,
-413 for an oversize body (refused from its Content-Length, before reading it), 500 when the model fails a
-request. An integer of more digits than Python converts (4300) is a 400 naming its field, not a body the
+413 for an oversize body (refused from its Content-Length, before reading it) or a request that runs out of
+memory decoding alone (`ModelError.too_large`, the message naming its tokens and the batch budget), 500 when
+the model fails a request. An integer of more digits than Python converts (4300) is a 400 naming its field, not a body the
 parser fails on. `/v1/load_weights` answers 400 naming the folder when it does not exist, is not a folder or
 holds no readable weights. A batch the model crashes on is run again one request at a time, so only the request that crashes it
 fails and no client sees another's error. A client that disconnects is answered 499 to nobody (its request
@@ -293,6 +297,8 @@ def make_app(
         except ClientGone:  # nobody reads this; the generation was dropped or stopped
             return openai_error(499, "the client closed the request", "client_closed_request")
         if isinstance(result, ModelError):
+            if result.too_large:  # ran out of memory alone: the message names its size and the batch budget
+                return openai_error(413, f"cannot serve this request: {result}", param="messages")
             if result.bad_request:  # e.g. a prompt longer than the context: the client's to fix
                 return openai_error(400, f"cannot serve this request: {result}", param="messages")
             return openai_error(500, f"generation failed: {result}", "server_error")
