@@ -5,6 +5,7 @@ Every trainer writes into one folder `--out DIR`:
     DIR/config.yaml          the resolved config (learning rate included), command and library versions
     DIR/log.jsonl            one JSON line per logged step {"step", "epoch", "loss", ...}; appended on resume
     DIR/runs/                TensorBoard event files (when tensorboard is installed)
+    DIR/wandb/               the Weights & Biases run, with --report-to wandb (`train/report.py`)
     DIR/checkpoint-N/        every --save-steps steps (the newest --save-total-limit kept); --resume continues
                              from the newest
     DIR/                     the final model: a full model folder, or a LoRA adapter (policy trainers)
@@ -16,6 +17,7 @@ The folder guards against mistakes: a folder that already holds checkpoints or a
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -28,6 +30,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from ragteam.config import Config, versions
+from ragteam.train.report import REPORT_TO_HELP, ReportTo, wandb_run
 
 LLAMA_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -56,6 +59,22 @@ class TrainInputs(Config):
     )
 
 
+DEFAULT_LR: dict[str, dict[str, float]] = {
+    "sft": {"full": 2e-5, "lora": 2e-4},
+    "dpo": {"full": 1e-6, "lora": 1e-5},
+    "critic": {"full": 1e-5, "lora": 1e-4},
+}
+"""Each trainer's peak learning rate when `--lr` is not given, for full fine-tuning and for LoRA: the one
+table the trainers and `--lr`'s help read (PPO's are its own fields, `--ppo.lr` / `--ppo.critic-lr`)."""
+
+
+def _lr(value: float) -> str:
+    return f"{value:.0e}".replace("e-0", "e-")
+
+
+_LR_HELP = ", ".join(f"{t} {_lr(v['full'])} (LoRA {_lr(v['lora'])})" for t, v in DEFAULT_LR.items())
+
+
 class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inputs, LoRA, then these
     """Settings every trainer shares: data, output, initial model, LoRA, schedule, checkpoints, logging."""
 
@@ -66,8 +85,8 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
     lr: float | None = Field(
         None,
         gt=0,
-        description="peak learning rate (after warm-up, then --lr-schedule); default per trainer: sft 2e-5 "
-        "(LoRA 2e-4), dpo 1e-6 (LoRA 1e-5), critic 1e-5 (LoRA 1e-4)",
+        description="peak learning rate (after warm-up, then --lr-schedule); default per trainer: "
+        + _LR_HELP,
     )
     lr_schedule: Literal["linear", "cosine", "constant"] = Field(
         "linear",
@@ -93,6 +112,7 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
     resume: bool = Field(False, description="continue from the newest checkpoint in --out")
     log_steps: int = Field(1, ge=1, description="log loss and metrics every N optimizer steps")
     tensorboard: bool = Field(True, description="write TensorBoard events to OUT/runs (when installed)")
+    report_to: ReportTo = Field("none", description=REPORT_TO_HELP)
     progress: bool = Field(True, description="show progress bars")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
     bf16: bool = Field(False, description="bf16 mixed precision (GPUs that support it)")
@@ -114,9 +134,9 @@ SCHEDULERS = {"linear": "linear", "cosine": "cosine", "constant": "constant_with
 """`--lr-schedule` -> transformers' scheduler name (its `constant` would ignore the warm-up)."""
 
 
-def resolved_lr(cfg: TrainConfig, defaults: dict[str, float]) -> float:
-    """`--lr`, or the trainer's default for full fine-tuning / LoRA."""
-    return cfg.lr if cfg.lr is not None else defaults["lora" if cfg.lora else "full"]
+def resolved_lr(cfg: TrainConfig, trainer: str) -> float:
+    """`--lr`, or the trainer's default for full fine-tuning / LoRA (`DEFAULT_LR`)."""
+    return cfg.lr if cfg.lr is not None else DEFAULT_LR[trainer]["lora" if cfg.lora else "full"]
 
 
 # ---- the output folder -----------------------------------------------------------------------------------
@@ -245,7 +265,8 @@ def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
         logging_strategy="steps",
         logging_steps=cfg.log_steps,
         logging_first_step=True,
-        report_to=["tensorboard"] if cfg.tensorboard and tensorboard_available() else [],
+        report_to=(["tensorboard"] if cfg.tensorboard and tensorboard_available() else [])
+        + (["wandb"] if cfg.report_to == "wandb" else []),  # into the run `train_and_report` opens
         disable_tqdm=not cfg.progress,
         use_cpu=cfg.device == "cpu",
         bf16=cfg.bf16,  # TRL's configs default to bf16=True; off unless asked (CPU)
@@ -254,6 +275,15 @@ def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
         dataloader_pin_memory=cfg.device != "cpu" and torch.cuda.is_available(),
         save_only_model=False,  # optimizer and scheduler state too, so --resume continues exactly
     )
+
+
+def train_and_report(trainer: Any, cfg: TrainConfig, opts: Config, resume_from: Path | None) -> None:
+    """`trainer.train()`, from `resume_from` when resuming, inside the W&B run of `--report-to wandb` (opened
+    in OUT/wandb with the resolved config, finished when training ends)."""
+    config = {**cfg.model_dump(mode="json"), **opts.model_dump(mode="json")}
+    main = trainer.is_world_process_zero()
+    with wandb_run(cfg.report_to, Path(cfg.out), config, resume_from is not None, main=main):
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
 
 
 def lora_config(cfg: LoraFields, task_type: str):
@@ -274,8 +304,10 @@ def setup_libraries() -> None:
     import datasets
     import transformers
 
-    transformers.logging.set_verbosity_warning()
-    datasets.logging.set_verbosity_warning()
+    if os.environ.get("TRANSFORMERS_VERBOSITY") != "error":  # quiet_libraries (the CLI) asked for less
+        transformers.logging.set_verbosity_warning()
+    if os.environ.get("DATASETS_VERBOSITY") != "error":
+        datasets.logging.set_verbosity_warning()
     score_only_trained_tokens_on_cpu()
 
 
@@ -377,9 +409,8 @@ class Start:
 def start_training(
     cfg: TrainConfig,
     opts: Config,
-    command: str,
+    trainer: str,
     read_rows: Callable[[str], list[Any]],
-    lr_defaults: dict[str, float],
 ) -> Start:
     """The phases every trainer opens with, in order: libraries set up; every row validated before any model
     loads; the output folder prepared (fresh, or the checkpoint to resume from); the learning rate and the
@@ -387,7 +418,7 @@ def start_training(
     setup_libraries()
     rows = read_rows(cfg.data)
     resume_from = prepare_out_dir(cfg)
-    lr = resolved_lr(cfg, lr_defaults)
+    lr = resolved_lr(cfg, trainer)
     init = resolve_init(cfg.init)
-    write_config(cfg.out, command, cfg, opts, lr, init)
+    write_config(cfg.out, f"train {trainer}", cfg, opts, lr, init)
     return Start(rows, resume_from, lr, init)

@@ -24,11 +24,10 @@ from ragteam.train.common import (
     jsonl_log_callback,
     lora_config,
     start_training,
+    train_and_report,
     trainer_arguments,
 )
 from ragteam.train.data import PairRow, read_pair_rows
-
-LR = {"full": 1e-5, "lora": 1e-4}
 
 
 class CriticOptions(Config):
@@ -71,7 +70,7 @@ def train_critic(cfg: TrainConfig, opts: CriticOptions | None = None) -> Path:
 
     opts = opts or CriticOptions()
     # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "train critic", partial(read_pair_rows, command="train critic"), LR)
+    start = start_training(cfg, opts, "critic", partial(read_pair_rows, command="train critic"))
     rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
     # tokenizer and pre-tokenized pairs (the critic's one rendering)
@@ -97,7 +96,7 @@ def train_critic(cfg: TrainConfig, opts: CriticOptions | None = None) -> Path:
     )
 
     # train
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    train_and_report(trainer, cfg, opts, resume_from)
 
     # save: a full classifier folder (LoRA merged) and its tokenizer
     model = trainer.model

@@ -27,11 +27,10 @@ from ragteam.train.common import (
     jsonl_log_callback,
     lora_config,
     start_training,
+    train_and_report,
     trainer_arguments,
 )
 from ragteam.train.data import PairRow, read_pair_rows
-
-LR = {"full": 1e-6, "lora": 1e-5}
 
 
 class DPOOptions(Config):
@@ -73,7 +72,7 @@ def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
 
     opts = opts or DPOOptions()
     # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "train dpo", partial(read_pair_rows, command="train dpo"), LR)
+    start = start_training(cfg, opts, "dpo", partial(read_pair_rows, command="train dpo"))
     rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
     # policy = init model; reference = the same init model (precomputed log-probs, or the adapter off)
@@ -107,7 +106,7 @@ def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
     )
 
     # train
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    train_and_report(trainer, cfg, opts, resume_from)
 
     # save: the model (or adapter) and its tokenizer
     trainer.save_model(cfg.out)

@@ -33,12 +33,11 @@ from ragteam.train.common import (
     lora_config,
     resolve_init,
     start_training,
+    train_and_report,
     trainer_arguments,
 )
 from ragteam.train.data import SFTRow, read_sft_rows
 from ragteam.workflows.profiles import Setting
-
-LR = {"full": 2e-5, "lora": 2e-4}
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 """The attention projections of a llama-architecture model (Llama-3.1, Qwen2, SmolLM2)."""
@@ -226,13 +225,13 @@ def train_sft(cfg: TrainConfig, opts: SFTOptions | None = None) -> Path:
     """Fine-tune `cfg.init` on the SFT rows in `cfg.data`; return the folder holding the final model."""
     opts = opts or SFTOptions()
     # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "train sft", read_sft_rows, LR)
+    start = start_training(cfg, opts, "sft", read_sft_rows)
 
     # model, tokenizer, tokenized data, trainer
     trainer, stock_template = build_sft_trainer(cfg, opts, start.rows, start.lr, start.init)
 
     # train
-    trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
+    train_and_report(trainer, cfg, opts, start.resume_from)
 
     # save: the model (or adapter) and the tokenizer with the model's own template
     trainer.processing_class.chat_template = stock_template
