@@ -265,3 +265,28 @@ def setup_caches() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar per model load
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# Library notices a user of the CLI cannot act on: deprecations inside the libraries (transformers'
+# "`past_key_values` is deprecated" on every forward pass), and transformers' / datasets' warnings about
+# their own internals ("Token indices sequence length is longer than ...": ragteam fits prompts itself).
+_QUIET_CATEGORIES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+_QUIET_LOGGERS = ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY")
+
+
+def quiet_libraries() -> bool:
+    """Keep the dependencies' deprecation notices and internal warnings out of the terminal, in this one place
+    at CLI start; progress bars and ragteam's own messages stay. Nothing is hidden when the user asks for
+    warnings (`python -W ...`, `PYTHONWARNINGS`) or sets `RAGTEAM_LIBRARY_WARNINGS=1`. True when quieted."""
+    import sys
+    import warnings
+
+    if sys.warnoptions or os.environ.get("RAGTEAM_LIBRARY_WARNINGS", "") not in ("", "0"):
+        return False
+    for category in _QUIET_CATEGORIES:
+        warnings.filterwarnings("ignore", category=category)
+    for name in _QUIET_LOGGERS:
+        os.environ.setdefault(name, "error")  # read when the library is imported
+    if "transformers" in sys.modules:  # already imported (ragteam used from Python, then the CLI)
+        sys.modules["transformers"].logging.set_verbosity_error()
+    return True

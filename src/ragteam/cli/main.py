@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from ragteam.config import ConfigError, add_config_arguments, config_from_args, setup_caches
+from ragteam.config import ConfigError, add_config_arguments, config_from_args, quiet_libraries, setup_caches
 
 # command words -> (module under ragteam.cli, one-line summary)
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    quiet_libraries()
     parser = build_parser()
     module_name = _command_from_argv(argv)
     if module_name is None:
