@@ -17,7 +17,9 @@ assignment and trainers can enumerate a workflow's roles and rebuild a role's pr
         return Answer(text)
 
 `render(**fields) -> messages` is the template; `parse(text, **fields) -> Action` the parser (it never
-raises: a malformed output is `Action(valid=False, penalty=...)`). The field named by `docs` holds the ranked
+raises: a malformed output is `Action(valid=False, penalty=...)`). Each receives only the fields its
+signature names (all of them if it takes `**kwargs`), so a role's functions take what they use and a request
+may carry more (the generator's `options` for its template, `choices` for its parser). The field named by `docs` holds the ranked
 documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])` groups): when a prompt is longer than
 the model's context, the engine drops the lowest-ranked documents, then shortens passages, and re-renders
 (see `ragteam.rollout.fit`). Roles and their functions live at module level, so workflows stay picklable.
@@ -33,10 +35,11 @@ constraint=None)`) and a rebuilt act keeps it dropped.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, ClassVar
 
 from ragteam.llm.constraint import Constraint
@@ -60,6 +63,29 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------- roles
 
 
+@lru_cache(maxsize=512)
+def _names(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments `fn` accepts; None when it takes `**kwargs` (any)."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A role's function called with only the fields its signature names (every field if it takes
+    `**kwargs`): what `Role` wraps its template, parser and action space in, so each takes what it uses."""
+
+    fn: Callable[..., Any]
+
+    def __call__(self, *args: Any, **fields: Any) -> Any:
+        names = _names(self.fn)
+        return self.fn(
+            *args, **(fields if names is None else {k: v for k, v in fields.items() if k in names})
+        )
+
+
 @dataclass(frozen=True)
 class Role:
     """A part played in a workflow: by the trainable policy (`act`) or by the fixed LLM server (`ask`).
@@ -75,6 +101,9 @@ class Role:
                 be relabeled by what was done (`ragteam collect sft --relabel-invalid`)
     constrain   the action space of a policy role, `constrain(**fields) -> Constraint | None` (None: free
                 text): it may depend on the fields (the Selector's K is the number of its documents)
+
+    `render`, `parse` and `constrain` are wrapped in `Bound` on construction: each is called with the fields
+    its signature names, so `ROLE.render(**fields)` works with any superset of them.
     """
 
     name: str
@@ -85,6 +114,12 @@ class Role:
     docs: str | None = None
     write: Callable[[Action], str] | None = None
     constrain: Callable[..., Constraint | None] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("render", "parse", "constrain"):
+            fn = getattr(self, name)
+            if fn is not None and not isinstance(fn, Bound):
+                object.__setattr__(self, name, Bound(fn))
 
     def act(self, **fields: Any) -> Act:
         """A request for the policy to play this role on the prompt rendered from `fields`."""

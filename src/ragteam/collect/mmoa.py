@@ -41,7 +41,7 @@ from ragteam.metrics.answer import cover_em, fold_accents
 from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Workflow
 from ragteam.rollout.tree import Episode, Node
 from ragteam.types import Doc, Question, doc_id
-from ragteam.workflows.baselines import format_options
+from ragteam.workflows.answers import format_options
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa.parsers import parse_rewriter, parse_selector
 from ragteam.workflows.mmoa.workflow import (

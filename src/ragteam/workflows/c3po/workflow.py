@@ -36,10 +36,10 @@ import dataclasses
 from collections.abc import Generator
 from typing import Any
 
-from ragteam.protocol import Acted, Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
 from ragteam.rollout.depth import C3PO as C3PO_DEPTH
 from ragteam.types import Action, Doc, Hit, Message, Question
-from ragteam.workflows.baselines import extract_answer, format_options
+from ragteam.workflows.answers import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
 from ragteam.workflows.c3po.parsers import (
     extract_thought,
@@ -70,21 +70,18 @@ _Sub = Generator[Any, Any, list[Doc]]
 
 
 # ---- the roles: the proxy's three (policy) and the LLM server's two, with their templates and parsers
+# (each function takes the fields it uses: `Role` binds only those)
 
 
 def _router_messages(question: str) -> list[Message]:
     return prompts.messages(prompts.router_prompt(question))
 
 
-def _parse_router(text: str, question: str) -> Action:
-    return parse_router(text, question=question)
-
-
 def _filter_messages(question: str, docs: list[Doc], objective: str | None = None) -> list[Message]:
     return prompts.messages(prompts.filter_prompt(question, docs, objective))
 
 
-def _parse_filter(text: str, question: str, docs: list[Doc], objective: str | None = None) -> Action:
+def _parse_filter(text: str, docs: list[Doc]) -> Action:
     return parse_filter(text, n_docs=len(docs))
 
 
@@ -92,7 +89,7 @@ def _decider_messages(question: str, roadmap: str, docs: list[Doc]) -> list[Mess
     return prompts.messages(prompts.decider_prompt(question, roadmap, docs))
 
 
-def _parse_decider(text: str, question: str, roadmap: str, docs: list[Doc]) -> Action:
+def _parse_decider(text: str, question: str, docs: list[Doc]) -> Action:
     return parse_decider(text, question=question, have_docs=bool(docs))
 
 
@@ -104,24 +101,11 @@ def _answer_messages(question: str, docs: list[Doc], options: str = "") -> list[
     return prompts.messages(prompts.answer_prompt(question, docs, options))
 
 
-ROUTER = Role("router", _router_messages, _parse_router, max_tokens=ROUTER_MAX_TOKENS, write=write_router)
+ROUTER = Role("router", _router_messages, parse_router, max_tokens=ROUTER_MAX_TOKENS, write=write_router)
 FILTER = Role("filter", _filter_messages, _parse_filter, stop=STOP, docs="docs", write=write_filter)
 DECIDER = Role("decider", _decider_messages, _parse_decider, stop=STOP, docs="docs", write=write_decider)
 ROADMAP = Role("roadmap", _roadmap_messages)
 ANSWER = Role("answer", _answer_messages, docs="docs")
-
-
-class _Count:
-    """Mutable tallies of one episode (policy acts, invalid actions)."""
-
-    def __init__(self) -> None:
-        self.acts = 0
-        self.invalid = 0
-
-    def seen(self, acted: Acted) -> Acted:
-        self.acts += 1
-        self.invalid += 0 if acted.action.valid else 1
-        return acted
 
 
 def _docs(ranked: list[list[Hit]]) -> list[Doc]:
@@ -146,7 +130,7 @@ class C3PO(Workflow):
 
     def run(self, question: Question) -> Episodic:
         q = question.question
-        count = _Count()
+        acts: list[Action] = []  # the actions of this path's policy acts, for Answer.info
         strategy = self.cfg.strategy
         query = q
         if strategy in ("auto", "retrieval"):
@@ -162,7 +146,7 @@ class C3PO(Workflow):
             if acted is None:
                 strategy = "no_retrieval" if strategy == "auto" else strategy
             else:
-                count.seen(acted)
+                acts.append(acted.action)
                 strategy = acted.action.kind if strategy == "auto" else strategy
                 if strategy == "retrieval" and acted.action.kind == "retrieval":
                     query = str(acted.action.value or q)
@@ -171,16 +155,16 @@ class C3PO(Workflow):
             docs: list[Doc] = []
         elif strategy == "retrieval":
             info["rounds"] = 1
-            docs = yield from self._single_pass(q, query, count)
+            docs = yield from self._single_pass(q, query, acts)
         else:
-            docs = yield from self._planning(q, count, info)
+            docs = yield from self._planning(q, acts, info)
         text = yield ANSWER.ask(question=q, docs=docs, options=format_options(question))
-        info.update(acts=count.acts, invalid=count.invalid, doc_ids=[d.id for d in docs])
+        info.update(acts=len(acts), invalid=sum(not a.valid for a in acts), doc_ids=[d.id for d in docs])
         info.setdefault("rounds", 0)
         return Answer(extract_answer(text, question.choices), info=info)
 
     def _filter(
-        self, q: str, docs: list[Doc], count: _Count, objective: str | None = None, reraise: bool = False
+        self, q: str, docs: list[Doc], acts: list[Action], objective: str | None = None, reraise: bool = False
     ) -> _Sub:
         """The Information Filter over `docs`: the documents it keeps. Stopped by the budget, it keeps them
         all, or re-raises `BudgetExceeded` when `reraise` (so the planning loop can stop too)."""
@@ -192,15 +176,15 @@ class C3PO(Workflow):
             if reraise:
                 raise
             return list(docs)
-        count.seen(acted)
+        acts.append(acted.action)
         shown = acted.act.fields["docs"] if acted.act and acted.act.fields else docs  # after any fitting
         return [shown[i - 1] for i in acted.action.value if 1 <= i <= len(shown)]
 
-    def _single_pass(self, q: str, query: str, count: _Count) -> _Sub:
+    def _single_pass(self, q: str, query: str, acts: list[Action]) -> _Sub:
         ranked = yield Retrieve([query], k=self.cfg.topk)
-        return (yield from self._filter(q, _docs(ranked), count))
+        return (yield from self._filter(q, _docs(ranked), acts))
 
-    def _planning(self, q: str, count: _Count, info: dict[str, Any]) -> _Sub:
+    def _planning(self, q: str, acts: list[Action], info: dict[str, Any]) -> _Sub:
         roadmap = yield ROADMAP.ask(question=q)
         gathered: list[Doc] = []  # what the LLM will answer with
         shown: list[Doc] = []  # what the decider sees: gathered documents and "nothing found" notes
@@ -211,7 +195,7 @@ class C3PO(Workflow):
             except BudgetExceeded:
                 stop = "budget"
                 break
-            count.seen(acted)
+            acts.append(acted.action)
             if acted.action.kind == "llm":
                 stop = "llm"
                 break
@@ -224,7 +208,7 @@ class C3PO(Workflow):
             docs = _docs(ranked)
             stopped = False
             try:
-                kept = yield from self._filter(q, docs, count, objective, reraise=True)
+                kept = yield from self._filter(q, docs, acts, objective, reraise=True)
             except BudgetExceeded:
                 kept, stopped = docs, True
             known = {d.id for d in gathered}

@@ -26,7 +26,7 @@ from contextlib import suppress
 from typing import Any
 
 from ragteam.types import Action
-from ragteam.workflows.baselines import extract_answer
+from ragteam.workflows.answers import extract_answer
 
 MODES = ("answer", "search_or_answer", "re2search")
 MAX_QUERY_CHARS = 400

@@ -35,8 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
-from ragteam.types import Action, Doc, Message, Question
-from ragteam.workflows.baselines import extract_answer
+from ragteam.types import Doc, Message, Question
+from ragteam.workflows.answers import extract_answer
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import prompts
 from ragteam.workflows.gym.parsers import parse_actor, predicted_answer
@@ -53,8 +53,6 @@ def _actor_messages(
     docs: list[tuple[str, list[Doc]]],
     notes: list[tuple[str, str]],
     forced: bool,
-    mode: str,
-    choices: dict[str, str] | None,
 ) -> list[Message]:
     """The actor's prompt: the state is the searches so far, with their documents (`docs`) or, for the
     summarizing designs, with the LLM's summaries (`notes`)."""
@@ -66,12 +64,8 @@ def _actor_messages(
     return prompts.actor_messages(agent, question, history, forced=forced)
 
 
-def _parse_actor(text: str, *, mode: str, choices: dict[str, str] | None, **_: Any) -> Action:
-    return parse_actor(text, mode=mode, choices=choices)
-
-
-ACTOR = Role("actor", _actor_messages, _parse_actor, docs="docs")
-ACTOR_DIRECT = Role("actor", _actor_messages, _parse_actor, max_tokens=DIRECT_MAX_TOKENS, docs="docs")
+ACTOR = Role("actor", _actor_messages, parse_actor, docs="docs")  # the parser reads `mode` and `choices`
+ACTOR_DIRECT = Role("actor", _actor_messages, parse_actor, max_tokens=DIRECT_MAX_TOKENS, docs="docs")
 SUMMARY = Role("summary", prompts.summary_messages, docs="docs")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from ragteam.types import Action
-from ragteam.workflows.baselines import extract_answer
+from ragteam.workflows.answers import extract_answer
 
 MAX_SUBQUESTIONS = 4
 REWRITER_PENALTY = -0.5

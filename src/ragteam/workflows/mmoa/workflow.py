@@ -36,7 +36,7 @@ from typing import Any
 from ragteam.llm.constraint import choice_regex
 from ragteam.protocol import Answer, BudgetExceeded, Constraint, Episodic, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Question
-from ragteam.workflows.baselines import format_options
+from ragteam.workflows.answers import format_options
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import prompts
 from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
@@ -46,11 +46,8 @@ SELECTOR_MAX_TOKENS = 64
 GENERATOR_MAX_TOKENS = 64
 
 
-def _parse_rewriter(text: str, question: str) -> Action:
-    return parse_rewriter(text, question=question)
-
-
-def _parse_selector(text: str, question: str, docs: list[Doc]) -> Action:
+def _parse_selector(text: str, docs: list[Doc]) -> Action:
+    """The Selector's parser reads K from its documents (each role function takes the fields it uses)."""
     return parse_selector(text, k=len(docs))
 
 
@@ -66,23 +63,11 @@ def selector_constraint(k: int) -> Constraint:
     return Constraint(texts, f"{one}(,{one})*", name="selector")
 
 
-def _selector_constraint(question: str, docs: list[Doc]) -> Constraint | None:
+def _selector_constraint(docs: list[Doc]) -> Constraint | None:
     return selector_constraint(len(docs)) if docs else None
 
 
-def _parse_generator(
-    text: str, question: str, docs: list[Doc], options: str = "", choices: dict[str, str] | None = None
-) -> Action:
-    return parse_generator(text, choices=choices)
-
-
-def _generator_messages(
-    question: str, docs: list[Doc], options: str = "", choices: dict[str, str] | None = None
-) -> list:
-    return prompts.generator_messages(question, docs, options)
-
-
-REWRITER = Role("rewriter", prompts.rewriter_messages, _parse_rewriter, max_tokens=REWRITER_MAX_TOKENS)
+REWRITER = Role("rewriter", prompts.rewriter_messages, parse_rewriter, max_tokens=REWRITER_MAX_TOKENS)
 SELECTOR = Role(
     "selector",
     prompts.selector_messages,
@@ -92,7 +77,7 @@ SELECTOR = Role(
     constrain=_selector_constraint,
 )
 GENERATOR = Role(
-    "generator", _generator_messages, _parse_generator, max_tokens=GENERATOR_MAX_TOKENS, docs="docs"
+    "generator", prompts.generator_messages, parse_generator, max_tokens=GENERATOR_MAX_TOKENS, docs="docs"
 )
 
 
