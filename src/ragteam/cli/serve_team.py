@@ -13,8 +13,11 @@ engine runs, so their model calls and searches are batched. See docs/serving.md 
 
 from __future__ import annotations
 
+import time
+
 from pydantic import Field
 
+from ragteam.cli.serve_llm import MAX_BATCH_TOKENS
 from ragteam.eval.setup import RunConfig
 from ragteam.serve.listen import ServerConfig
 
@@ -41,15 +44,28 @@ class Config(RunConfig, ServerConfig):
     )
     max_question_chars: int = Field(8000, ge=1, description="longest question accepted, in characters")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="largest request body accepted, in bytes")
+    max_batch_tokens: int = Field(
+        MAX_BATCH_TOKENS,
+        ge=1,
+        description="local models: most padded tokens decoded in one batch (rows x (longest prompt + longest "
+        "max_tokens)); a long prompt runs apart from short ones, a batch out of memory is run again row by row",
+    )
 
 
 def run(cfg: Config) -> int:
     from ragteam.eval.setup import build_run
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve
-    from ragteam.serve.team import make_app
+    from ragteam.serve.team import make_app, warm_up
 
+    print(f"ragteam: building team {cfg.workflow!r} (indexes, models)", flush=True)
+    start = time.monotonic()
     parts = build_run(cfg, data=cfg.data, fmt=cfg.format)
+    print(f"ragteam: team built ({time.monotonic() - start:.1f} s)", flush=True)
+    for model in (parts.policy, parts.llm):  # a local model decodes within the budget
+        if model is not None and hasattr(model, "max_batch_tokens"):
+            model.max_batch_tokens = cfg.max_batch_tokens
+    startup = warm_up(parts.engine, say=lambda line: print(line, flush=True))
     name = cfg.served_name or cfg.workflow
     app = make_app(
         parts.engine,
@@ -62,6 +78,7 @@ def run(cfg: Config) -> int:
         api_key=resolve_api_key(cfg.api_key),
         docs=cfg.docs,
         read_timeout=cfg.read_timeout,
+        startup=startup,
     )
     pieces = [f"policy {cfg.policy.model}" if parts.policy is not None else None]
     pieces.append(f"LLM {cfg.llm.model}" if parts.llm is not None else None)

@@ -100,6 +100,11 @@ class Row:
             self.generator.manual_seed(sample_seed(self.sampling.seed, self.sample))
 
 
+TOO_LARGE = "does not fit in memory"
+"""Begins the message of a request that ran out of memory alone: whoever reads it as text (an episode's error
+in `serve team`) tells it from other failures by this phrase."""
+
+
 def is_out_of_memory(e: BaseException) -> bool:
     """Whether `e` says an allocation failed (CUDA or CPU), not that the model or the request is wrong."""
     if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
@@ -196,7 +201,7 @@ class BatchedDecoder:
             else "no batch budget set"
         )
         return ModelError(
-            f"the request does not fit in memory: a row of {len(r.inputs)} prompt tokens and up to {r.max_new} "
+            f"the request {TOO_LARGE}: a row of {len(r.inputs)} prompt tokens and up to {r.max_new} "
             f"completion tokens ({len(r.inputs) + r.max_new} tokens) ran out of memory alone ({budget}); "
             f"send a shorter prompt or a lower max_tokens ({type(e).__name__}: {e})",
             where=where,

@@ -52,6 +52,11 @@ class RequestBatcher(Generic[T]):
         self.running = 0
 
     @property
+    def ready(self) -> bool:
+        """Whether the batching loop runs, so a submitted request is taken into a batch."""
+        return self.queue is not None
+
+    @property
     def batches(self) -> int:
         return sum(self.batch_sizes.values())
 

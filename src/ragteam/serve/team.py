@@ -31,6 +31,13 @@ Streaming (`"stream": true`): Server-Sent Events in OpenAI's `chat.completion.ch
 final chunk with `finish_reason` (and the `ragteam` field), a usage chunk when `stream_options.include_usage`,
 and `data: [DONE]`. An episode that fails mid-stream sends an `{"error": ...}` event (OpenAI clients raise).
 
+Startup (`ragteam serve team`): the team is built (indexes, models) and `warm_up` loads what the first
+question would otherwise wait for (a dense query encoder, a local model's first forward pass), each part
+announced with its seconds, before the port is announced; `/health` says `ready` (with `startup_s`), 503
+while the batching loop is not yet running. Memory: the local models decode in batches cut by
+`--max-batch-tokens` (`ragteam.llm.decoder`); a question whose model call runs out of memory alone is a 413
+naming its size and the budget, the questions batched with it answered as if it had not been there.
+
 Errors are OpenAI-shaped `{"error": {"message", "type", "param", "code"}}`, as the LLM server's: 400 for bad
 JSON, bad fields, no user message, an empty, overlong or unencodable question, `n` other than 1 or content that
 is not text; 401 without the API key; 404 for another model name; 408 / 413 for a slow or oversize body
@@ -46,13 +53,15 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from ragteam.llm.base import ChatRequest, ModelError, Sampling
+from ragteam.llm.decoder import TOO_LARGE
 from ragteam.protocol import Workflow
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
@@ -177,6 +186,39 @@ class TeamBatcher(RequestBatcher[Question]):
             settle(p.future, episode)
 
 
+# ---- startup ------------------------------------------------------------------------------------------------
+
+
+def warm_up(engine: Engine, say: Callable[[str], None] = print) -> dict[str, float]:
+    """Load now what the first question would otherwise wait for; seconds per part, each announced by `say`.
+
+    Why: parts load lazily (a dense retriever's query encoder on its first search, a local model's kernels on
+    its first forward pass), so without this the first questions after "serving on" wait for it. One search
+    and one one-token reply per distinct model; a model that fails its warm-up is reported, not fatal (an
+    HTTP backend that is not up yet answers later)."""
+    seconds: dict[str, float] = {}
+    if engine.retriever is not None:
+        start = time.monotonic()
+        engine.retriever.search(["warm up"], 1)
+        seconds["retriever"] = round(time.monotonic() - start, 3)
+        say(f"ragteam: retriever {engine.retriever.name} ready ({seconds['retriever']:.1f} s)")
+    warmed: list[Any] = []
+    for role, model in (("policy", engine.policy), ("llm", engine.llm)):
+        label = "policy" if role == "policy" else "LLM"
+        if model is None or any(model is m for m in warmed):
+            continue
+        warmed.append(model)
+        start = time.monotonic()
+        [result] = model.chat([ChatRequest([{"role": "user", "content": "warm up"}], Sampling(max_tokens=1))])
+        seconds[role] = round(time.monotonic() - start, 3)
+        name = getattr(model, "name", type(model).__name__)
+        if isinstance(result, ModelError):
+            say(f"ragteam: warning: the {label} {name} failed its warm-up: {result}")
+        else:
+            say(f"ragteam: {label} {name} ready ({seconds[role]:.1f} s)")
+    return seconds
+
+
 # ---- the response ------------------------------------------------------------------------------------------
 
 
@@ -205,8 +247,13 @@ def _sse(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def _failed_message(episode: Episode) -> str:
-    return f"the team did not answer: {episode.error or 'no path of the episode reached an answer'}"
+def _failure(episode: Episode) -> tuple[int, str, str]:
+    """Status, message and type of a failed episode's error: 413 when a model call of it ran out of memory
+    alone (the message names its size and the batch budget), else 500."""
+    message = f"the team did not answer: {episode.error or 'no path of the episode reached an answer'}"
+    if TOO_LARGE in (episode.error or ""):
+        return 413, message, "invalid_request_error"
+    return 500, message, "server_error"
 
 
 # ---- the app -------------------------------------------------------------------------------------------------
@@ -224,22 +271,30 @@ def make_app(
     docs: bool = False,
     read_timeout: float = 30.0,
     keepalive_s: float = 15.0,
+    startup: dict[str, float] | None = None,
 ) -> FastAPI:
     """A FastAPI app answering chat completions with `workflow` run by `engine`; `app.state.batcher` holds the
     batching counters. `max_batch` defaults to the engine's `max_concurrent` (episodes in flight at once).
 
     With `api_key`, every route but /health answers 401 unless the request carries `Authorization: Bearer KEY`.
     A body must arrive within `read_timeout` seconds (408 otherwise); a streamed answer sends a keep-alive
-    comment every `keepalive_s` seconds while its episode runs."""
+    comment every `keepalive_s` seconds while its episode runs. `startup`: the seconds `warm_up` took per part,
+    shown by /health beside `ready` (false, with a 503, until the batching loop runs)."""
     batcher = TeamBatcher(engine, workflow, max_batch or engine.config.max_concurrent, batch_wait_ms)
     created = int(time.time())
 
     app = openai_app(f"ragteam team server: {served_name}", batcher, served_name, docs, api_key)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> JSONResponse:
+        ready = batcher.ready
+        return JSONResponse(_health(ready), status_code=200 if ready else 503)
+
+    def _health(ready: bool) -> dict[str, Any]:
         return {
-            "status": "ok",
+            "status": "ok" if ready else "starting",
+            "ready": ready,
+            "startup_s": startup or {},
             "model": served_name,
             "workflow": getattr(workflow, "name", type(workflow).__name__),
             "requests": batcher.requests,
@@ -286,7 +341,7 @@ def make_app(
         except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
             return openai_error(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
         if episode.status == "failed":
-            return openai_error(500, _failed_message(episode), "server_error")
+            return openai_error(*_failure(episode))
         return JSONResponse(
             {
                 "id": completion_id,
@@ -337,7 +392,7 @@ def make_app(
                 )
                 return
             if episode.status == "failed":
-                yield _sse(openai_error_body(500, _failed_message(episode), "server_error"))
+                yield _sse(openai_error_body(*_failure(episode)))
                 return
             for word in _words(episode.answer):
                 yield _sse(chunk({"content": word}))
