@@ -1,0 +1,209 @@
+"""examples/search_r1: Search-R1's agent written only against ragteam's public API, as its own package.
+
+Its parser and turns with scripted replies; the team built by `module:Class` and by its installed entry point
+(a real `pip install` of the example into a temporary folder); an evaluation of a few HotpotQA questions and
+two PPO iterations (GAE with a critic, and GRPO) with the tiny model over BM25.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scripted import drive, hits_for, prompt_text, question
+
+import ragteam
+from ragteam.protocol import Act
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "search_r1"
+TARGET = "search_r1.workflow:SearchR1"
+
+
+def _forget() -> None:
+    """Drop the example's modules, so the next import finds them where sys.path now says."""
+    for name in [m for m in sys.modules if m == "search_r1" or m.startswith("search_r1.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def on_path(monkeypatch):
+    """The example importable from its source folder (as with PYTHONPATH=examples/search_r1)."""
+    _forget()
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    yield
+    _forget()
+
+
+def _parsers_module():
+    """The example's parsers.py loaded from its file, under a name of its own (no sys.path change)."""
+    spec = importlib.util.spec_from_file_location("search_r1_parsers", EXAMPLE / "search_r1" / "parsers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- the parser and the turns, with scripted replies ------------------------------------------------------
+
+
+def test_the_first_tag_is_the_action_and_nothing_raises(on_path):
+    from search_r1.parsers import parse_reply, write_reply
+
+    search = parse_reply("<think>I need the director.</think>\n<search> Holocaust 2000 director </search>")
+    assert (search.kind, search.value, search.valid) == ("search", "Holocaust 2000 director", True)
+    first = parse_reply("<answer> Alberto De Martino </answer> <search> more </search>")
+    assert (first.kind, first.value) == ("answer", "Alberto De Martino")
+    unclosed = parse_reply("<think>ok</think><search> who directed it")  # the stop string left out
+    assert (unclosed.kind, unclosed.value) == ("search", "who directed it")
+    for bad in ("no tags at all", "<search>   </search>", "<answer></answer>", ""):
+        action = parse_reply(bad)
+        assert action.kind == "none" and not action.valid and action.error
+    assert parse_reply(write_reply(first)) == first
+
+
+PARSERS = _parsers_module()
+_PIECES = st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "<", ">", "a", " ", "\n"])
+
+
+@given(st.lists(_PIECES).map("".join))
+def test_the_parser_never_raises(text):
+    action = PARSERS.parse_reply(text)
+    assert action.kind in ("search", "answer", "none") and action.valid == (action.kind != "none")
+
+
+def test_searches_come_back_as_information_then_the_answer_ends_the_episode(on_path):
+    from search_r1 import SearchR1
+    from search_r1.prompts import INVALID
+
+    replies = [
+        "<think>Who directed it?</think> <search> Holocaust 2000 director </search>",
+        "I am not sure.",
+        "<answer> Alberto De Martino </answer>",
+    ]
+    trace = drive(SearchR1(ragteam.WorkflowConfig(topk=2)), question(), policy={"agent": replies})
+    assert trace.answer.text == "Alberto De Martino" and trace.queries() == ["Holocaust 2000 director"]
+    assert trace.answer.info == {
+        "turns": 3, "searches": 1, "queries": ["Holocaust 2000 director"], "invalid": 1, "stop": "answer"
+    }  # fmt: skip
+    (first, _), (second, _), (third, _) = trace.acts("agent")
+    assert len(first.messages) == 1 and "<search>" in first.messages[0]["content"]
+    hits = hits_for("Holocaust 2000 director", 2)
+    assert second.messages[1] == {"role": "assistant", "content": replies[0]}
+    info = second.messages[2]["content"]
+    assert info.startswith("\n\n<information>Doc 1(Title: Holocaust 2000 director #1)") and "Doc 2(" in info
+    assert info.rstrip().endswith("</information>") and all(h.doc.text in info for h in hits)
+    assert third.messages[-1]["content"] == INVALID  # the observation of the invalid turn
+    assert isinstance(first, Act) and first.role == "agent" and first.stop == ("</search>", "</answer>")
+
+
+def test_the_last_turn_may_only_answer(on_path):
+    from search_r1 import SearchR1
+
+    cfg = ragteam.WorkflowConfig(topk=1, max_steps=2)  # two searching turns, then one answer-only turn
+    trace = drive(SearchR1(cfg), question(), policy={"agent": "<search> again"})
+    assert len(trace.acts("agent")) == 3 and trace.queries() == ["again", "again"]
+    assert trace.answer.text == "" and trace.answer.info["stop"] == "max_turns"
+    last_prompt = prompt_text(trace.acts("agent")[-1][0])
+    assert last_prompt.count("<information>Doc") == 2 and "again</search>" in last_prompt  # the reply closed
+    assert SearchR1().max_turns == 4  # Search-R1's budget unless --max-steps says otherwise
+
+
+# ---- built by name: module:Class and the installed entry point ------------------------------------------
+
+
+def test_built_by_module_and_class(on_path):
+    team = ragteam.build_workflow(TARGET, ragteam.WorkflowConfig(topk=3))
+    assert type(team).__name__ == "SearchR1" and team.name == "search-r1" and team.cfg.topk == 3
+    assert [r.name for r in team.roles] == ["agent"] and team.needs == {"policy", "retriever"}
+
+
+def test_built_by_its_entry_point_once_installed(tmp_path, monkeypatch):
+    """A real install of the example (pip, no dependencies, no index) into a folder put on sys.path: its
+    `ragteam.workflows` entry point makes `search-r1` a name every command knows."""
+    from ragteam.workflows.registry import workflow_help, workflow_names
+
+    source = tmp_path / "src"
+    subprocess.run(["cp", "-r", str(EXAMPLE), str(source)], check=True)  # the build writes beside the source
+    site = tmp_path / "site"
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+    ]
+    subprocess.run([*pip, "--target", str(site), str(source)], check=True, capture_output=True, timeout=300)
+    assert "search-r1" not in workflow_names()
+    _forget()
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    try:
+        assert "search-r1" in workflow_names() and "search-r1" in workflow_help()
+        team = ragteam.build_workflow("search-r1")
+        assert type(team).__name__ == "SearchR1"
+        assert Path(sys.modules[type(team).__module__].__file__).is_relative_to(site)
+    finally:
+        _forget()
+
+
+# ---- evaluated and trained with the tiny model -------------------------------------------------------------
+
+
+def _team(hotpot_small: Path) -> dict:
+    return dict(
+        workflow=TARGET,
+        data=str(hotpot_small),
+        topk=2,
+        max_steps=2,
+        retriever={"kind": "bm25"},
+        progress=False,
+    )
+
+
+def test_evaluated_on_a_few_questions(on_path, hotpot_small, tmp_path):
+    cfg = ragteam.EvalConfig(
+        **_team(hotpot_small),
+        limit=3,
+        out=str(tmp_path / "eval"),
+        policy={"model": "tiny", "device": "cpu"},
+        rollout={"max_tokens": 16},
+    )
+    metrics = ragteam.evaluate(cfg, log=lambda line: None)
+    assert metrics["n"] == 3 and metrics["failed"] == 0, metrics
+    episodes = (tmp_path / "eval" / "episodes.jsonl").read_text().splitlines()
+    assert len(episodes) == 3 and all(json.loads(e)["workflow"] == "search-r1" for e in episodes)
+
+
+@pytest.mark.parametrize("advantage", ["gae", "grpo"])
+def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
+    tokens = 8192  # the tiny model's byte-level BPE makes long prompts
+    cfg = ragteam.PPOConfig(
+        **_team(hotpot_small),
+        recipe=str(EXAMPLE / "search-r1.yaml"),
+        out=str(tmp_path / "ppo"),
+        init="tiny",
+        limit=4,
+        iterations=2,
+        questions_per_iteration=2,
+        tensorboard=False,
+        rollout={"max_tokens": 16, "group_size": 2 if advantage == "grpo" else 1},
+        ppo={"advantage": advantage, "lr": 1e-4, "max_sample_tokens": tokens, "micro_tokens": tokens,
+             "minibatch_tokens": 2 * tokens},
+    )  # fmt: skip
+    out = ragteam.train_ppo(cfg)
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2]
+    assert set(rows[-1]["roles"]) == {"agent"} and rows[-1]["roles"]["agent"]["n"] >= 2
+    assert "em" in rows[-1]["reward"] and (out / "model.safetensors").is_file()
+    resolved = (out / "config.yaml").read_text()
+    assert "credit: outcome" in resolved and "reward: em" in resolved  # the example's recipe applied
