@@ -37,7 +37,7 @@ from ragteam.train.common import (
     trainer_arguments,
 )
 from ragteam.train.data import SFTRow, read_sft_rows
-from ragteam.workflows.profiles import Setting
+from ragteam.workflows.setting import Setting
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 """The attention projections of a llama-architecture model (Llama-3.1, Qwen2, SmolLM2)."""

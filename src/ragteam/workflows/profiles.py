@@ -16,182 +16,55 @@ prompt or the reply (`ragteam.rollout.fit`) and the eval report counts how often
 
 Keys are dotted paths into the run config: `topk`, `rollout.max_depth`, `retriever.fusion`. Workflows are
 grouped by family: `c3po`, `mmoa`, `gym` (every `gym:*` agent) and `baseline` (`direct`, `standard-rag`).
+Each paper's rows are stated in its workflow's package (`workflows/<family>/settings.py`, beside the
+constants the workflow itself reads); this module puts them side by side and applies them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
-
-@dataclass(frozen=True)
-class Setting:
-    """One value of a profile: the dotted config key, its value, and where the value comes from."""
-
-    key: str
-    value: Any
-    source: str
-
+from ragteam.workflows.c3po import settings as c3po
+from ragteam.workflows.gym import settings as gym
+from ragteam.workflows.mmoa import settings as mmoa
+from ragteam.workflows.setting import Setting
 
 # ---------------------------------------------------------------------------------------------- the table
 
-_LONG_EPISODE = 32768
-"""Generated tokens per root-to-leaf path under `paper`: not a paper value; large enough that the depth and
-step limits bind first (C-3PO: 13 acts x 2048 tokens plus the LLM's calls; RAG-Gym: 10 x 2048 plus summaries)."""
+BASELINE_SMALL: tuple[Setting, ...] = (
+    Setting("topk", 5, "ragteam: as the workflows of this profile"),
+    Setting("rollout.llm_max_tokens", 128, "ragteam: LLM-server tokens per answer"),
+)
 
-_MINILM = "ragteam: the index's encoder, all-MiniLM-L6-v2 (packaged) by default"
+BASELINE_PAPER: tuple[Setting, ...] = (
+    Setting(
+        "topk", c3po.TOPK, "C-3PO's retrieval depth, so the standard-RAG baseline sees as many documents"
+    ),
+    Setting(
+        "rollout.llm_max_tokens",
+        c3po.MAX_LEN,
+        "C-3PO Table 7's 2048, as the c3po LLM calls under this profile, so the baselines answer alike",
+    ),
+)
+"""The baselines (`direct`, `standard-rag`) have no paper of their own: they follow C-3PO's."""
 
 SMALL: dict[str, tuple[Setting, ...]] = {
-    "c3po": (
-        Setting("topk", 5, "ragteam: a short prompt for a small proxy"),
-        Setting("max_rounds", 5, "ragteam: planning rounds bounded below the depth limit"),
-        Setting("rollout.max_depth", 16, "ragteam: the engine's default depth limit"),
-        Setting("rollout.max_tokens", 256, "ragteam: policy tokens per act"),
-        Setting("role_caps", True, "ragteam: the router's own cap of 64 tokens (a tag and a short query)"),
-        Setting("rollout.llm_max_tokens", 128, "ragteam: LLM-server tokens per call (roadmap, answer)"),
-        Setting("rollout.max_prompt_tokens", None, "ragteam: prompts bounded by the model's context only"),
-        Setting("rollout.max_tokens_per_episode", 16384, "ragteam: the engine's default"),
-        Setting("retriever.dense_model", None, _MINILM),
-    ),
-    "mmoa": (
-        Setting("candidates", 10, "MMOA-RAG §5.1.3: K = 10"),
-        Setting("fill_from_question", True, "ragteam: free slots filled from the question's own hits"),
-        Setting("selector_constrained", False, "ragteam: the Selector writes free text, its parser reads it"),
-        Setting("rollout.max_tokens", 256, "ragteam: policy tokens per act (the roles cap their own)"),
-        Setting("rollout.max_prompt_tokens", None, "ragteam: prompts bounded by the model's context only"),
-        Setting("retriever.dense_model", None, _MINILM),
-    ),
-    "gym": (
-        Setting("topk", 5, "ragteam: a short history for a small actor"),
-        Setting("max_steps", 10, "RAG-Gym Appendix F: at most 10 iterations"),
-        Setting("last_step", "answer", "ragteam: the last step may only answer (answer-only template)"),
-        Setting("retriever.fusion", "convex", "ragteam: the hybrid retriever's default fusion"),
-        Setting("retriever.dense_weight", 0.4, "ragteam: the hybrid retriever's default weight"),
-        Setting("rollout.max_tokens", 256, "ragteam: policy tokens per act"),
-        Setting("role_caps", True, "ragteam: the direct agent's own cap of 64 tokens"),
-        Setting("rollout.llm_max_tokens", 128, "ragteam: LLM-server tokens per summary"),
-        Setting("rollout.max_prompt_tokens", None, "ragteam: prompts bounded by the model's context only"),
-        Setting("rollout.max_tokens_per_episode", 16384, "ragteam: the engine's default"),
-        Setting("retriever.dense_model", None, _MINILM),
-    ),
-    "baseline": (
-        Setting("topk", 5, "ragteam: as the workflows of this profile"),
-        Setting("rollout.llm_max_tokens", 128, "ragteam: LLM-server tokens per answer"),
-    ),
+    "c3po": c3po.SMALL,
+    "mmoa": mmoa.SMALL,
+    "gym": gym.SMALL,
+    "baseline": BASELINE_SMALL,
 }
 """The defaults as they were before profiles: what every config field defaults to."""
 
 PAPER: dict[str, tuple[Setting, ...]] = {
-    "c3po": (
-        Setting(
-            "topk",
-            10,
-            "C-3PO authors' released code (Chen-GX/C-3PO arguments.py: retrieve_top_k = max_documents = 10)",
-        ),
-        Setting(
-            "max_rounds",
-            13,
-            "C-3PO A.4 Algorithm 1: planning loops until [LLM], bounded only by the depth limit (13 never binds)",
-        ),
-        Setting("rollout.max_depth", 13, "C-3PO §6.1 (implementation details) and Table 7: maximal depth 13"),
-        Setting("rollout.max_tokens", 2048, "C-3PO Table 7: generate max len 2048"),
-        Setting(
-            "role_caps",
-            False,
-            "C-3PO Table 7: generate max len 2048 for every act, the router's included (no 64-token cap)",
-        ),
-        Setting(
-            "rollout.llm_max_tokens",
-            2048,
-            "C-3PO Table 7: generate max len 2048, for the LLM's roadmap and answer too (no silent cut)",
-        ),
-        Setting("rollout.max_prompt_tokens", 4096, "C-3PO Table 7: prompt max len 4096"),
-        Setting(
-            "rollout.max_tokens_per_episode", _LONG_EPISODE, "ragteam: never binds before the depth limit"
-        ),
-        Setting(
-            "retriever.dense_model",
-            None,
-            "C-3PO §6.1, A.2: contriever-msmarco (not packaged; offline the index's encoder, all-MiniLM-L6-v2 "
-            "by default). The paper's: `--retriever.dense-model DIR --retriever.pooling mean "
-            "--no-retriever.normalize` on a contriever-msmarco folder (or `ragteam index --dense.model DIR "
-            "--dense.pooling mean --no-dense.normalize`)",
-        ),
-    ),
-    "mmoa": (
-        Setting("candidates", 10, "MMOA-RAG §5.1.3: K = 10"),
-        Setting(
-            "fill_from_question",
-            False,
-            "MMOA-RAG §5.1.3: the K candidates come from the sub-questions' searches (2 -> top 5 of each)",
-        ),
-        Setting(
-            "selector_constrained",
-            True,
-            "MMOA-RAG §4.2.2 eq. 5: the Selector's action space is `Document`, the ids 0..K-1 and `,`",
-        ),
-        Setting("rollout.max_tokens", 256, "not stated; the roles cap their own (rewriter 128, others 64)"),
-        Setting("rollout.max_prompt_tokens", None, "not stated"),
-        Setting(
-            "retriever.dense_model",
-            None,
-            "MMOA-RAG §5.1.3: Contriever (not packaged; offline the index's encoder, all-MiniLM-L6-v2 by "
-            "default). The paper's: `--retriever.dense-model DIR --retriever.pooling mean "
-            "--no-retriever.normalize` on a Contriever folder (contriever-msmarco, as C-3PO)",
-        ),
-    ),
-    "gym": (
-        Setting("topk", 32, "RAG-Gym Appendix E.1: 32 documents per search query"),
-        Setting("max_steps", 10, "RAG-Gym Appendix F (Table 5): at most 10 iterations per question"),
-        Setting(
-            "last_step",
-            "same",
-            "RAG-Gym Appendix E.3, Algorithm 1: every step is the agent's own; no last-step template",
-        ),
-        Setting("retriever.fusion", "rrf", "RAG-Gym Appendix E.1: BM25 and dense merged by reciprocal rank"),
-        Setting("retriever.dense_weight", 0.5, "RAG-Gym Appendix E.1: plain RRF, both lists weighted alike"),
-        Setting(
-            "llm.backend",
-            "local",
-            "RAG-Gym Appendix E.2: the summarizer is the untuned base model (only the actor is tuned)",
-        ),
-        Setting("llm.model", "smollm2", "RAG-Gym Appendix E.2: the untuned base model (ragteam's: SmolLM2)"),
-        Setting("rollout.max_tokens", 2048, "not stated; C-3PO's Table 7 value, room for the three sections"),
-        Setting(
-            "role_caps",
-            False,
-            "not stated; the direct agent's answer gets rollout.max_tokens like the others",
-        ),
-        Setting(
-            "rollout.llm_max_tokens",
-            2048,
-            "not stated; C-3PO's Table 7 value, so a summary (Fig. 8) is not cut",
-        ),
-        Setting("rollout.max_prompt_tokens", None, "not stated (Llama-3.1-8B, 128k context: no cut)"),
-        Setting(
-            "rollout.max_tokens_per_episode", _LONG_EPISODE, "ragteam: never binds before the step limit"
-        ),
-        Setting(
-            "retriever.dense_model",
-            None,
-            "RAG-Gym E.1: BGE-Base beside BM25 (not packaged; offline the index's encoder, all-MiniLM-L6-v2 by "
-            "default). The paper's: `--retriever.dense-model DIR` on a bge-base-en(-v1.5) sentence-transformers "
-            "folder (cls pooling, normalised, read from it) with `--retriever.query-prefix 'Represent this "
-            "sentence for searching relevant passages: '`",
-        ),
-    ),
-    "baseline": (
-        Setting("topk", 10, "C-3PO's retrieval depth, so the standard-RAG baseline sees as many documents"),
-        Setting(
-            "rollout.llm_max_tokens",
-            2048,
-            "C-3PO Table 7's 2048, as the c3po LLM calls under this profile, so the baselines answer alike",
-        ),
-    ),
+    "c3po": c3po.PAPER,
+    "mmoa": mmoa.PAPER,
+    "gym": gym.PAPER,
+    "baseline": BASELINE_PAPER,
 }
-"""Each paper's stated values (docs/workflows.md lists them with their sources)."""
+"""Each paper's stated values (docs/workflows.md lists them with their sources), from its workflow's package."""
 
 PROFILES: dict[str, dict[str, tuple[Setting, ...]]] = {"small": SMALL, "paper": PAPER}
 """Every profile by name; `small` is the default."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from ragteam.types import Action
+from ragteam.workflows.c3po.settings import ROUTER_TAGS
 
 MAX_QUERY_CHARS = 400
 """Longer queries are cut (a runaway generation is not a search query)."""
@@ -175,12 +176,10 @@ def parse_decider(text: str, question: str = "", have_docs: bool = False) -> Act
 
 
 def write_router(action: Action) -> str:
-    """`[No Retrieval]`, `[Planning]` or `[Retrieval] <query>`."""
-    if action.kind == "no_retrieval":
-        return "[No Retrieval]"
-    if action.kind == "planning":
-        return "[Planning]"
-    return f"[Retrieval] {action.value}"
+    """`[No Retrieval]`, `[Planning]` or `[Retrieval] <query>` (`settings.ROUTER_TAGS`)."""
+    if action.kind in ("no_retrieval", "planning"):
+        return ROUTER_TAGS[action.kind]
+    return f"{ROUTER_TAGS['retrieval']} {action.value}"
 
 
 def write_filter(action: Action) -> str:

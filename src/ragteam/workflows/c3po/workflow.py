@@ -50,13 +50,14 @@ from ragteam.workflows.c3po.parsers import (
     write_filter,
     write_router,
 )
+from ragteam.workflows.c3po.settings import ROUTER_TAGS
 from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64
 """The router writes one tag and at most a short query (its cap unless `cfg.role_caps` is off, as under
 `--profile paper`: then it gets `rollout.max_tokens`, Table 7's 2048, like the filter and the decider)."""
 
-FORCED_RETRIEVAL = "[Retrieval]"
+FORCED_RETRIEVAL = ROUTER_TAGS["retrieval"]
 """The router's reply under `--strategy retrieval`: this prefix, then the proxy's own query."""
 
 STOP = ("\nQuestion:",)
