@@ -8,19 +8,25 @@ model again. Workflows import this module, never the engine.
 A **role** is declared once by its workflow (name, prompt template, parser, limits), so the engine, credit
 assignment and trainers can enumerate a workflow's roles and rebuild a role's prompt from its fields:
 
-    FILTER = Role("filter", render=prompts.filter_messages, parse=parse_filter_docs, stop=STOP, docs="docs")
+    def filter_messages(question: str, docs: list[Doc]) -> list[Message]: ...   # the template
+    def parse_filter(text: str, docs: list[Doc]) -> Action: ...                  # the parser, never raises
+
+    FILTER = Role("filter", render=filter_messages, parse=parse_filter, stop=STOP, docs="docs")
+    ANSWER = Role("answer", render=answer_messages, docs="docs")                 # no parser: an LLM call
 
     def run(self, q: Question) -> Episodic:
         hits = yield Retrieve([q.question], k=5)
-        kept = yield FILTER.act(question=q.question, docs=[h.doc for h in hits[0]])
-        text = yield ANSWER.ask(question=q.question, docs=kept_docs)
+        docs = [h.doc for h in hits[0]]
+        acted = yield FILTER.act(question=q.question, docs=docs)                  # -> Acted
+        kept = [docs[i - 1] for i in acted.action.value]
+        text = yield ANSWER.ask(question=q.question, docs=kept)                   # -> str
         return Answer(text)
 
 `render(**fields) -> messages` is the template; `parse(text, **fields) -> Action` the parser (it never
 raises: a malformed output is `Action(valid=False, penalty=...)`). Each receives only the fields its
 signature names (all of them if it takes `**kwargs`), so a role's functions take what they use and a request
-may carry more (the generator's `options` for its template, `choices` for its parser). The field named by `docs` holds the ranked
-documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])` groups): when a prompt is longer than
+may carry more (MMOA-RAG's generator: `options` for its template, `choices` for its parser). The field
+named by `docs` holds the ranked documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])` groups): when a prompt is longer than
 the model's context, the engine drops the lowest-ranked documents, then shortens passages, and re-renders
 (see `ragteam.rollout.fit`). Roles and their functions live at module level, so workflows stay picklable.
 
