@@ -26,9 +26,9 @@ assignment and trainers can enumerate a workflow's roles and rebuild a role's pr
 raises: a malformed output is `Action(valid=False, penalty=...)`). Each receives only the fields its
 signature names (all of them if it takes `**kwargs`), so a role's functions take what they use and a request
 may carry more (MMOA-RAG's generator: `options` for its template, `choices` for its parser). The field
-named by `docs` holds the ranked documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])` groups): when a prompt is longer than
-the model's context, the engine drops the lowest-ranked documents, then shortens passages, and re-renders
-(see `ragteam.rollout.fit`). Roles and their functions live at module level, so workflows stay picklable.
+named by `docs` holds the ranked documents of the prompt (a list of `Doc`, or a list of `(query, [Doc])`
+groups): when a prompt is longer than the model's context, the engine drops the lowest-ranked documents, then
+shortens passages, and re-renders (see `ragteam.rollout.fit`). Roles and their functions live at module level, so workflows stay picklable.
 
 A role may declare its **action space**: `constrain(**fields) -> Constraint` (the allowed texts, whose tokens
 make a whitelist, and the equivalent regex; `ragteam.llm.constraint`). MMOA-RAG's Selector may write only
