@@ -18,6 +18,7 @@ from ragteam.eval.run import JudgeConfig
 from ragteam.eval.setup import RunConfig
 from ragteam.llm.critic import CriticConfig
 from ragteam.train.common import LoraFields
+from ragteam.workflows import profiles
 
 
 class PPOOptions(LoraFields):
@@ -225,7 +226,9 @@ def recipe_path(recipe: str) -> Path:
 
 def recipe_values(recipe: str, _seen: tuple[str, ...] = ()) -> dict:
     """The settings a recipe file holds (a mapping of field names, nested for groups). A recipe may name a
-    base (`recipe: c3po`): its values are the base's, overridden by its own."""
+    base (`recipe: c3po`): its values are the base's, overridden by its own. It may list settings it takes
+    from its workflow's paper profile (`paper: [topk, rollout.max_depth]`), each stated once in the
+    workflow's package (`workflows/<family>/settings.py`); its own values win over them."""
     if recipe in _seen:
         raise ConfigError(f"recipe {recipe!r} includes itself ({' -> '.join((*_seen, recipe))})")
     path = recipe_path(recipe)
@@ -236,7 +239,25 @@ def recipe_values(recipe: str, _seen: tuple[str, ...] = ()) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe is a mapping of settings")
     base = data.pop("recipe", None)
+    data = _merge(_paper_values(path, data), data)
     return _merge(recipe_values(base, (*_seen, recipe)), data) if base else data
+
+
+def _paper_values(path: Path, data: dict) -> dict:
+    """The values a recipe's `paper:` list names, from its workflow's paper profile (popped from `data`)."""
+    keys = data.pop("paper", None)
+    if keys is None:
+        return {}
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(f"{path}: paper: is a list of setting names (topk, rollout.max_depth, ...)")
+    if not isinstance(data.get("workflow"), str):
+        raise ConfigError(
+            f"{path}: paper: takes values from a workflow's profile: the recipe names no workflow"
+        )
+    try:
+        return profiles.values("paper", data["workflow"], keys)
+    except KeyError as e:
+        raise ConfigError(f"{path}: paper: {e.args[0]}") from None
 
 
 def _merge(base: dict, top: dict) -> dict:

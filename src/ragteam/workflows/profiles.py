@@ -22,6 +22,7 @@ constants the workflow itself reads); this module puts them side by side and app
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -91,10 +92,18 @@ def settings(profile: str, workflow: str) -> tuple[Setting, ...]:
     return PROFILES[profile].get(family(workflow), ())
 
 
-def values(profile: str, workflow: str) -> dict[str, Any]:
-    """The profile's values for `workflow` as a nested dict (`{"rollout": {"max_depth": 13}, ...}`)."""
+def values(profile: str, workflow: str, keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """The profile's values for `workflow` as a nested dict (`{"rollout": {"max_depth": 13}, ...}`); with
+    `keys` (dotted), those alone (a recipe's `paper:` list), KeyError naming a key the profile lacks."""
+    rows = settings(profile, workflow)
+    if keys is not None:
+        by_key = {s.key: s for s in rows}
+        missing = [k for k in keys if k not in by_key]
+        if missing:
+            raise KeyError(f"profile {profile!r} states no {', '.join(missing)} for {workflow!r}")
+        rows = tuple(by_key[k] for k in keys)
     out: dict[str, Any] = {}
-    for s in settings(profile, workflow):
+    for s in rows:
         *parents, last = s.key.split(".")
         node = out
         for p in parents:
