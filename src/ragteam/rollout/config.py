@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ragteam.config import Config
+from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
 
 
 class Forced(Config):
@@ -143,7 +144,8 @@ class RolloutConfig(Config):
     @field_validator("forks", mode="before")
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
-        """`[2, 1]` -> k=2 at depth 0, k=1 from depth 1 on; `c3po` -> C-3PO's tree schedule."""
+        """`[2, 1]` -> k=2 at depth 0, k=1 from depth 1 on; `c3po` -> C-3PO's tree schedule (stated in its
+        package, `workflows/c3po/settings.py`)."""
         if value == "c3po" or value == ["c3po"]:
             return C3PO_TREE["forks"]
         if isinstance(value, list) and value and all(isinstance(v, str) and v.isdigit() for v in value):
@@ -167,23 +169,3 @@ class RolloutConfig(Config):
         """The rule for an act of `role` taken at depth `depth` (the depth of the path's last node, as the
         workflow counts it; None: no fork)."""
         return next((rule for rule in self.forks if rule.matches(role, depth)), None)
-
-
-C3PO_TREE: dict[str, Any] = {
-    "forks": [
-        {
-            "role": "router",
-            "forced": [
-                {"text": "[No Retrieval]"},
-                {"text": "[Retrieval]", "sample": True},
-                {"text": "[Planning]"},
-            ],
-        },
-        {"depth_from": 1, "depth_to": 4, "k": 2},
-        {"k": 1},
-    ],
-    "max_depth": 13,
-}
-"""C-3PO's tree-structured rollout (paper, section 5.1 and Table 7), with depth t as the `c3po` workflow
-counts it (`rollout.depth.C3PO`): the router's three strategies at t = 0, then K(t)=2 for 1 <= t <= 4 and 1
-deeper, no node deeper than 13. Under another workflow's depth rule (policy acts) the numbers fork other acts."""

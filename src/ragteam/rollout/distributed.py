@@ -14,7 +14,7 @@ the episodes in question order.
 
 Why the result equals one process's: every sampled request's seed derives from the run seed, the question id
 and the request's place in the tree (`calls.derive_seed`), never from the batch or the process, and a
-seeded request samples the same tokens whatever else shares its batch (`llm/decoder.py`, "Seeds"). Log-probs
+seeded request samples the same tokens whatever else shares its batch (`llm/local.py`, "Seeds"). Log-probs
 agree up to float round-off between batch shapes (1e-6), which could in principle flip a token sampled at a
 probability boundary; `tests/test_ray_rollout.py` checks that trees, tokens and answers are identical.
 
