@@ -50,16 +50,17 @@ DATA = ROOT.parent / "shared" / "data" / "hotpotqa-dev-500.jsonl"
 def build_tasks(data: Path, offset: int, questions: int, candidates: int) -> list[dict[str, Any]]:
     """One row per training question: the Generator's prompt (a list of messages) over the K candidates
     ragteam's default retriever returns, and what the reward needs (golden answers, choices, the fields)."""
+    from ragteam.assemble.build import build_retriever
+    from ragteam.assemble.config import TeamConfig
+    from ragteam.assemble.folder import select_questions
     from ragteam.data.questions import read_questions
-    from ragteam.eval.folder import select_questions
-    from ragteam.eval.setup import RunConfig, build_retriever
     from ragteam.workflows.baselines import format_options
     from ragteam.workflows.mmoa.workflow import GENERATOR, gather_candidates
 
     qs = select_questions(read_questions(data).questions, offset, questions)
     if not qs:
         raise SystemExit(f"{data}: no questions at offset {offset}")
-    cfg = RunConfig(workflow="mmoa", variant="s-g", candidates=candidates)
+    cfg = TeamConfig(workflow="mmoa", variant="s-g", candidates=candidates)
     retriever = build_retriever(cfg, data=str(data))
     rows = []
     for q in qs:

@@ -503,11 +503,11 @@ def test_collect_sft_samples_with_a_judge(hotpot2, tmp_path):
 
 
 def test_collect_process_gym_react_end_to_end(hotpot2, tmp_path, monkeypatch):
-    import ragteam.rollout.select as select
+    import ragteam.rollout.scorers as scorers
 
     # The tiny LLM's ranking is noise (mostly ties): make it rank the candidates in order, so pairs exist.
-    in_order = lambda text, n: select.Ranking([float(n - i) for i in range(n)], list(range(n)))  # noqa: E731
-    monkeypatch.setattr(select, "parse_ranking", in_order)
+    in_order = lambda text, n: scorers.Ranking([float(n - i) for i in range(n)], list(range(n)))  # noqa: E731
+    monkeypatch.setattr(scorers, "parse_ranking", in_order)
     out = tmp_path / "react"
     args = ["--workflow", "gym:react", "--ranker", "llm", "--candidates", "3", "--accept", "f1>=0"]
     args += ["--keep-invalid"]  # the tiny model's replies never parse

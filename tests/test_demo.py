@@ -132,7 +132,7 @@ def test_demo_report_renders_in_a_real_browser(demo, tmp_path):
 
 
 def _demo_questions():
+    from ragteam.assemble.config import demo_data_path
     from ragteam.data.questions import read_questions
-    from ragteam.eval.setup import demo_data_path
 
     return read_questions(demo_data_path()).questions

@@ -213,12 +213,12 @@ def test_command_extraction_joins_continuations(tmp_path: Path):
 def test_reference_defaults_are_the_default_profiles():
     """docs/cli.md shows field defaults and says they are the default profile's: keep that true."""
     profiles = pytest.importorskip("ragteam.workflows.profiles")
-    from ragteam.eval.setup import RunConfig
+    from ragteam.assemble.config import TeamConfig
     from ragteam.workflows.registry import WORKFLOWS
 
     for workflow in WORKFLOWS:
         for setting in profiles.settings(profiles.DEFAULT_PROFILE, workflow):
-            value: object = RunConfig
+            value: object = TeamConfig
             for part in setting.key.split("."):
                 info = value.model_fields[part]  # type: ignore[attr-defined]
                 value = info.get_default(call_default_factory=True)

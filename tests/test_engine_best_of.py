@@ -9,11 +9,12 @@ import pytest
 from conftest import TEST_DEVICE
 from test_engine_integration import hotpot_questions, retriever_for
 
+from ragteam.assemble.build import build_scorer
 from ragteam.llm.local import LocalChatModel
 from ragteam.metrics.answer import score_answer
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
-from ragteam.rollout.select import LLMRankScorer, RolloutScorer, build_scorer
+from ragteam.rollout.scorers import LLMRankScorer, RolloutScorer
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import GymAgent
 
@@ -83,7 +84,7 @@ def test_critic_scorer_needs_a_critic():
 def gym_candidates(texts_actions, notes=(("who directed Holocaust 2000?", "Alberto De Martino"),)):
     """One Re2Search act's candidate set with hand-made actions (state: one search and its summary)."""
     from ragteam.protocol import Acted
-    from ragteam.rollout.select import Candidates
+    from ragteam.rollout.scorers import Candidates
     from ragteam.types import Question
     from ragteam.workflows.gym.workflow import ACTOR
 
@@ -116,7 +117,7 @@ class Scripted:
 
 def test_llm_ranking_prompt_is_fig_10_and_its_json_is_parsed_robustly():
     from ragteam.llm.base import ModelError
-    from ragteam.rollout.select import CRITERIA, parse_ranking, ranking_prompt
+    from ragteam.rollout.scorers import CRITERIA, parse_ranking, ranking_prompt
     from ragteam.types import Action
 
     c = gym_candidates(
@@ -169,7 +170,7 @@ def test_llm_ranking_prompt_is_fig_10_and_its_json_is_parsed_robustly():
 
 
 def test_random_scorer_is_seeded_order_free_and_uniform():
-    from ragteam.rollout.select import RandomScorer, argmax
+    from ragteam.rollout.scorers import RandomScorer, argmax
     from ragteam.types import Action
 
     sets = [
@@ -197,7 +198,7 @@ def test_outcome_scorer_scores_an_answer_by_its_reward_and_a_search_by_zero():
     scores its F1 against the gold answers, a search (the episode goes on) scores 0."""
     import dataclasses
 
-    from ragteam.rollout.select import OutcomeScorer
+    from ragteam.rollout.scorers import OutcomeScorer
     from ragteam.types import Action
 
     c = gym_candidates(

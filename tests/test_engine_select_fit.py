@@ -12,7 +12,7 @@ from ragteam.protocol import Answer, Episodic, Role, Workflow
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.fit import fit_request
-from ragteam.rollout.select import Candidates, parse_ranking
+from ragteam.rollout.scorers import Candidates, parse_ranking
 from ragteam.types import Action, Doc, Question
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from conftest import hotpot_head
-from ragteam.eval.folder import config_differences, select_questions
-from ragteam.eval.setup import RunConfig, build_models
 
+from ragteam.assemble.build import build_models
+from ragteam.assemble.config import TeamConfig
+from ragteam.assemble.folder import config_differences, select_questions
 from ragteam.cli.main import main
 from ragteam.llm.config import ModelConfig
 from ragteam.rollout.traces import load_trace
@@ -202,10 +203,10 @@ def test_no_questions_at_offset(hotpot5, tmp_path, capsys):
 
 
 def test_policy_and_llm_alike_share_one_model():
-    cfg = RunConfig(workflow="c3po", policy=ModelConfig(model="tiny"), llm=ModelConfig(model="tiny"))
+    cfg = TeamConfig(workflow="c3po", policy=ModelConfig(model="tiny"), llm=ModelConfig(model="tiny"))
     policy, llm = build_models(cfg)
     assert policy is llm
-    cfg = RunConfig(
+    cfg = TeamConfig(
         workflow="c3po", policy=ModelConfig(model="tiny"), llm=ModelConfig(model="tiny", max_batch_size=4)
     )
     policy, llm = build_models(cfg)
@@ -215,7 +216,7 @@ def test_policy_and_llm_alike_share_one_model():
 
 
 def test_workflow_options_are_flat_flags():
-    cfg = RunConfig(workflow="mmoa", variant="s-g", topk=3, strategy="planning")
+    cfg = TeamConfig(workflow="mmoa", variant="s-g", topk=3, strategy="planning")
     wf = cfg.workflow_config()
     assert (wf.variant, wf.topk, wf.strategy) == ("s-g", 3, "planning")
     assert type(wf).__name__ == "WorkflowConfig"

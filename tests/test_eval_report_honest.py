@@ -10,9 +10,10 @@ import pytest
 from conftest import hotpot_head
 
 from ragteam.cli.main import main
-from ragteam.eval import report, stats
+from ragteam.eval import report
 from ragteam.llm.base import Completion
 from ragteam.rollout.tree import Episode, Node
+from ragteam.stats import episodes as stats
 from ragteam.types import Action, Doc, Hit, Question
 
 

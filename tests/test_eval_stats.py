@@ -6,10 +6,12 @@ import json
 
 import pytest
 
-from ragteam.eval import plots, report, scores, stats
+from ragteam.eval import plots, report
 from ragteam.llm.base import Completion
 from ragteam.rollout import traces
 from ragteam.rollout.tree import Episode, Node
+from ragteam.stats import episodes as stats
+from ragteam.stats import scores
 from ragteam.types import Action, Doc, Hit, Question
 
 

@@ -249,8 +249,7 @@ def test_retriever_an_unknown_5000_digit_field_is_ignored_and_a_failure_keeps_th
 
 @pytest.fixture(scope="module")
 def team(hotpot_small):
-    from ragteam.eval.setup import build_run
-
+    from ragteam.assemble.build import build_team
     from ragteam.cli.serve_team import Config
 
     small = {"model": "tiny", "device": TEST_DEVICE, "threads": 1}
@@ -258,7 +257,7 @@ def team(hotpot_small):
         workflow="direct", data=str(hotpot_small), policy=small, llm=small, retriever={"kind": "bm25"},
         rollout={"max_tokens": 8, "llm_max_tokens": 8},
     )  # fmt: skip
-    parts = build_run(cfg, data=str(hotpot_small))
+    parts = build_team(cfg, data=str(hotpot_small))
     with BackgroundServer(make_team_app(parts.engine, parts.workflow, "direct", batch_wait_ms=5)) as srv:
         yield srv
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ragteam.cli.main import main
-from ragteam.eval.paired import binomial_cdf_half, compare_runs, mcnemar, paired_bootstrap
 from ragteam.rollout.traces import write_episodes
 from ragteam.rollout.tree import Episode, Node
+from ragteam.stats.paired import binomial_cdf_half, compare_runs, mcnemar, paired_bootstrap
 from ragteam.types import Question
 
 

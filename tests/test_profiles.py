@@ -10,12 +10,12 @@ import pytest
 from test_engine import CountingModel, CountingRetriever, questions
 from test_engine_select_fit import READER, SmallContext, _docs, _words
 
+from ragteam.assemble.build import build_workflow
+from ragteam.assemble.config import TeamConfig
 from ragteam.collect.config import CollectConfig
 from ragteam.config import ConfigError, load_config
 from ragteam.eval.report import truncation_section
 from ragteam.eval.run import EvalConfig
-from ragteam.eval.setup import RunConfig, build_workflow
-from ragteam.eval.stats import truncation_stats, workflow_stats
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
 from ragteam.llm.config import ModelConfig
 from ragteam.protocol import Answer, AskLLM, Episodic, Workflow
@@ -23,6 +23,7 @@ from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.fit import fit_request
+from ragteam.stats.episodes import truncation_stats, workflow_stats
 from ragteam.train.ppo_config import PPOConfig, with_recipe
 from ragteam.types import Question
 from ragteam.workflows import profiles
@@ -63,15 +64,15 @@ def test_paper_profile_sets_each_value_in_the_built_workflow_and_rollout(fam):
 
 
 def test_paper_values_that_differ_from_small_for_each_paper():
-    c3po = RunConfig(workflow="c3po", profile="paper")
+    c3po = TeamConfig(workflow="c3po", profile="paper")
     assert (c3po.topk, c3po.max_rounds) == (10, 13)
     r = c3po.rollout
     assert (r.max_depth, r.max_tokens, r.max_prompt_tokens) == (13, 2048, 4096)
-    gym = RunConfig(workflow="gym:react", profile="paper")
+    gym = TeamConfig(workflow="gym:react", profile="paper")
     assert (gym.topk, gym.max_steps, gym.last_step) == (32, 10, "same")
     assert (gym.retriever.kind, gym.retriever.fusion, gym.retriever.dense_weight) == ("hybrid", "rrf", 0.5)
     assert (gym.llm.backend, gym.llm.model, gym.llm.lora) == ("local", "smollm2", None)  # untuned base
-    mmoa = build_workflow(RunConfig(workflow="mmoa", profile="paper"))
+    mmoa = build_workflow(TeamConfig(workflow="mmoa", profile="paper"))
     assert (mmoa.cfg.candidates, mmoa.cfg.fill_from_question) == (10, False)
 
 
@@ -80,8 +81,8 @@ def test_small_is_the_old_defaults_and_the_default_profile():
         for s in rows:
             assert s.value == field_default(s.key), (fam, s.key)
     for name in WORKFLOWS:
-        assert RunConfig(workflow=name) == RunConfig(workflow=name, profile="small")
-        assert RunConfig(workflow=name).profile == "small"
+        assert TeamConfig(workflow=name) == TeamConfig(workflow=name, profile="small")
+        assert TeamConfig(workflow=name).profile == "small"
 
 
 def test_every_profile_declares_the_same_keys_for_a_workflow():
@@ -102,7 +103,7 @@ def test_a_bare_workflow_config_gets_its_profile_from_the_registry():
 
 def test_an_unknown_profile_is_an_error_naming_the_choices():
     with pytest.raises(ConfigError, match="profile.*'small', 'paper'|profile.*small.*paper"):
-        load_config(RunConfig, overrides={"workflow": "c3po", "profile": "huge"})
+        load_config(TeamConfig, overrides={"workflow": "c3po", "profile": "huge"})
 
 
 # ---------------------------------------------------------------------- what is set explicitly wins
@@ -124,7 +125,7 @@ def test_flags_and_config_files_override_the_profile(tmp_path):
 
 
 def test_profile_values_are_not_marked_as_set():
-    cfg = RunConfig(workflow="c3po", profile="paper", rollout={"temperature": 1.0})
+    cfg = TeamConfig(workflow="c3po", profile="paper", rollout={"temperature": 1.0})
     assert cfg.model_dump(exclude_unset=True) == {
         "workflow": "c3po",
         "profile": "paper",
@@ -227,7 +228,7 @@ class Replies(CountingModel):
 
 def budgets(workflow: str, profile: str, policy_text: str, **settings) -> tuple[dict, dict]:
     """{role: max_tokens} of every policy act and LLM call of one episode of `workflow` under `profile`."""
-    cfg = RunConfig(workflow=workflow, profile=profile, **settings)
+    cfg = TeamConfig(workflow=workflow, profile=profile, **settings)
     policy, llm = Replies(policy_text), Replies("Paris")
     engine = Engine(policy, llm, CountingRetriever(), cfg.rollout)
     (ep,) = engine.run(build_workflow(cfg), questions("Which city is the capital of France?")).episodes

@@ -18,7 +18,8 @@ import ray
 import torch
 from conftest import hotpot_head
 
-from ragteam.eval.setup import RunConfig, build_run
+from ragteam.assemble.build import build_team
+from ragteam.assemble.config import TeamConfig
 from ragteam.metrics.answer import score_answer
 from ragteam.rollout.config import C3PO_TREE
 from ragteam.rollout.distributed import RayEngine, RayParts, shares, spread
@@ -84,7 +85,7 @@ def test_two_actors_record_the_trees_of_one_process(local_ray, hotpot6: Path) ->
 
     questions = read_questions(str(hotpot6)).questions
     rollout = dict(C3PO_TREE, temperature=1.0, seed=5, max_tokens=8, llm_max_tokens=4)
-    cfg = RunConfig.model_validate(
+    cfg = TeamConfig.model_validate(
         dict(
             workflow="c3po",
             policy={"model": "tiny", "device": "cpu"},
@@ -95,11 +96,11 @@ def test_two_actors_record_the_trees_of_one_process(local_ray, hotpot6: Path) ->
         )
     )
     reward = _reward
-    one = build_run(cfg, data=str(hotpot6))
+    one = build_team(cfg, data=str(hotpot6))
     expected = one.engine.run(one.workflow, questions, reward=reward)
 
     two = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"workers": 2})})
-    parts = spread(partial(build_run, two, data=str(hotpot6)), two.rollout)
+    parts = spread(partial(build_team, two, data=str(hotpot6)), two.rollout)
     assert isinstance(parts, RayParts) and isinstance(parts.engine, RayEngine)
     try:
         assert len({info["pid"] for info in parts.engine.info}) == 2  # two processes

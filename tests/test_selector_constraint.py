@@ -14,9 +14,9 @@ import pytest
 import torch
 from conftest import TEST_DEVICE
 from fastapi import FastAPI, Request
-from ragteam.eval.setup import RunConfig
 from scripted import drive, hits_for, make_doc, question
 
+from ragteam.assemble.config import TeamConfig
 from ragteam.credit import get_credit
 from ragteam.llm.base import ChatRequest, Completion, Sampling
 from ragteam.llm.constraint import Constraint, UnsupportedRegex, whitelist_texts
@@ -78,8 +78,8 @@ def test_the_workflow_option_switches_it_and_profiles_and_the_recipe_turn_it_on(
     off = drive(MMOA(WorkflowConfig(variant="s-g", candidates=4)), Q, policy=good)
     assert off.acts("selector")[0][0].constraint is None
     assert on.answer.info == off.answer.info  # what it selects is read the same way
-    assert RunConfig(workflow="mmoa").selector_constrained is False  # small: as before
-    assert RunConfig(workflow="mmoa", profile="paper").selector_constrained is True
+    assert TeamConfig(workflow="mmoa").selector_constrained is False  # small: as before
+    assert TeamConfig(workflow="mmoa", profile="paper").selector_constrained is True
     recipe = with_recipe(PPOConfig(recipe="mmoa", data="d", out="o"))
     assert recipe.selector_constrained is True and recipe.workflow_config().selector_constrained is True
     flag = with_recipe(PPOConfig(recipe="mmoa", data="d", out="o", selector_constrained=False))

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 from conftest import TEST_DEVICE
-from ragteam.eval.setup import build_run
 
+from ragteam.assemble.build import build_team
 from ragteam.cli.serve_team import Config
 from ragteam.rollout.tree import Episode
 from ragteam.serve.listen import bind_socket
@@ -46,7 +46,7 @@ def _questions(data: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def team(hotpot_small):
-    parts = build_run(_config(hotpot_small), data=str(hotpot_small))
+    parts = build_team(_config(hotpot_small), data=str(hotpot_small))
     app = make_app(parts.engine, parts.workflow, "c3po", api_key=KEY, batch_wait_ms=50.0)
     with BackgroundServer(app) as srv:
         yield srv, parts
@@ -232,7 +232,7 @@ def test_an_episode_that_cannot_answer_is_a_500_and_the_server_keeps_serving(hot
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     cfg = _config(hotpot_small, workflow="standard-rag")
     cfg.llm = {"backend": "openai", "model": "gone", "base_url": dead, "retries": 0, "timeout": 5}
-    parts = build_run(cfg, data=str(hotpot_small))
+    parts = build_team(cfg, data=str(hotpot_small))
     with BackgroundServer(make_app(parts.engine, parts.workflow, "standard-rag")) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.InternalServerError, match="the team did not answer"):
@@ -275,7 +275,7 @@ def test_serve_team_command_answers_the_openai_client(hotpot_small):
 
 def test_a_question_whose_client_left_before_its_run_is_dropped(hotpot_small):
     """A client that disconnects while its question waits: its question never enters an engine run."""
-    parts = build_run(_config(hotpot_small, workflow="standard-rag"), data=str(hotpot_small))
+    parts = build_team(_config(hotpot_small, workflow="standard-rag"), data=str(hotpot_small))
     gate = threading.Event()
     real_run = parts.engine.run
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ragteam.eval.setup import RunConfig, build_run, demo_data_path, needs_retriever
+from ragteam.assemble.build import build_team, needs_retriever
+from ragteam.assemble.config import TeamConfig, demo_data_path
 from ragteam.eval.trace_view import format_episode
 from ragteam.types import Question
 
@@ -28,7 +29,7 @@ ASK_ID = "ask"
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message='Field name "json"')
 
-    class Config(RunConfig):
+    class Config(TeamConfig):
         """Run one question through a workflow and print its trace."""
 
         question: str | None = Field(
@@ -89,7 +90,7 @@ def run(cfg: Config) -> int:
         if demo is not None:
             data, fmt = str(demo), None
             print(f"(corpus: the paragraphs of the bundled demo questions, {demo.name})", file=sys.stderr)
-    parts = build_run(cfg, data=data, fmt=fmt)
+    parts = build_team(cfg, data=data, fmt=fmt)
     reward = None
     if question.golden_answers:
         from ragteam.metrics.answer import score_answer

@@ -58,7 +58,7 @@ with warnings.catch_warnings():
 def read_run(path: str | Path) -> list[Episode]:
     """The episodes of a run: `path/episodes.jsonl` for a folder, else the file itself. ValueError naming the
     path when it is missing, holds no episodes or has a bad line."""
-    from ragteam.eval.folder import TRACE_FILE
+    from ragteam.assemble.folder import TRACE_FILE
     from ragteam.rollout.traces import read_episodes
 
     path = Path(path)
@@ -113,7 +113,7 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
 
 
 def run(cfg: Config) -> int:
-    from ragteam.eval.paired import compare_runs
+    from ragteam.stats.paired import compare_runs
 
     a, b = read_run(cfg.run_a), read_run(cfg.run_b)
     result = compare_runs(a, b, cfg.metrics, intersect=cfg.intersect, n=cfg.resamples, seed=cfg.seed)

@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 from ragteam.config import Config as BaseConfig
 from ragteam.llm.config import ModelConfig
 from ragteam.retrieval.config import RetrieverConfig
+from ragteam.workflows.registry import workflow_help
 
 BASELINES = ["direct", "standard-rag"]
 TEAMS = ["c3po", "mmoa", "gym:re2search"]
@@ -65,7 +66,8 @@ class Config(BaseConfig):
     )
     questions: int = Field(8, ge=1, le=TRAIN_OFFSET, description="held-out questions each workflow answers")
     workflows: list[str] = Field(
-        default_factory=lambda: BASELINES + TEAMS, description="workflows evaluated before training"
+        default_factory=lambda: BASELINES + TEAMS,
+        description=workflow_help("workflows evaluated before training"),
     )
     teams: list[str] = Field(
         default_factory=lambda: list(TEAMS), description="workflows evaluated again after training"
@@ -109,8 +111,8 @@ def _folder_name(workflow: str) -> str:
 
 
 def run(cfg: Config) -> int:
+    from ragteam.assemble.config import demo_data_path
     from ragteam.demo.report import write_report
-    from ragteam.eval.setup import demo_data_path
     from ragteam.retrieval.factory import KIND_NEEDS, dataset_index, retriever_from_index
 
     data = demo_data_path()

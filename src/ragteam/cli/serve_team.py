@@ -17,12 +17,12 @@ import time
 
 from pydantic import Field
 
+from ragteam.assemble.config import TeamConfig
 from ragteam.cli.serve_llm import MAX_BATCH_TOKENS
-from ragteam.eval.setup import RunConfig
 from ragteam.serve.listen import ServerConfig
 
 
-class Config(RunConfig, ServerConfig):
+class Config(TeamConfig, ServerConfig):
     """Settings of `ragteam serve team`."""
 
     data: str | None = Field(
@@ -53,14 +53,14 @@ class Config(RunConfig, ServerConfig):
 
 
 def run(cfg: Config) -> int:
-    from ragteam.eval.setup import build_run
+    from ragteam.assemble.build import build_team
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve
     from ragteam.serve.team import make_app, warm_up
 
     print(f"ragteam: building team {cfg.workflow!r} (indexes, models)", flush=True)
     start = time.monotonic()
-    parts = build_run(cfg, data=cfg.data, fmt=cfg.format)
+    parts = build_team(cfg, data=cfg.data, fmt=cfg.format)
     print(f"ragteam: team built ({time.monotonic() - start:.1f} s)", flush=True)
     for model in (parts.policy, parts.llm):  # a local model decodes within the budget
         if model is not None and hasattr(model, "max_batch_tokens"):

@@ -1,4 +1,4 @@
-"""The one config of `ragteam collect sft|process`, and how it becomes the eval's `RunConfig`.
+"""The one config of `ragteam collect sft|process`, and how it becomes the eval's `TeamConfig`.
 
 Collect runs a workflow like `ragteam eval` does (same `--llm.*`, `--retriever.*`, `--rollout.*`, workflow
 flags, `--data`, `--limit/--offset`, resumable `--out`), with three differences: the policy is the
@@ -13,14 +13,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.collect.accept import AcceptRule
-from ragteam.eval.run import JudgeConfig
-from ragteam.eval.setup import RunConfig
 from ragteam.llm.config import ModelConfig
 from ragteam.llm.critic import CriticConfig
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import C3PO_TREE, RolloutConfig
 from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.registry import workflow_help
 
 DEFAULT_K = 10
 """MMOA-RAG's candidate set size K when --candidates is not given (WorkflowConfig's default)."""
@@ -36,10 +36,7 @@ class CollectConfig(WorkflowConfig):
         "--workflow mmoa); process: preference pairs from ranked candidate actions (RAG-Gym)",
         json_schema_extra={"positional": True},
     )
-    workflow: str = Field(
-        ...,
-        description="workflow: c3po, mmoa, gym:react, gym:re2search, ... (as in `ragteam eval`)",
-    )
+    workflow: str = Field(..., description=workflow_help())
     data: str = Field(..., description="questions file (any reader format of ragteam.data.questions)")
     format: str | None = Field(None, description="reader format of --data (default: detected from the file)")
     out: str = Field(..., description="output folder: sft.jsonl / pairs.jsonl, episodes.jsonl, summary.json")
@@ -187,9 +184,9 @@ class CollectConfig(WorkflowConfig):
             )
         return RolloutConfig.model_validate(data)
 
-    def run_config(self) -> RunConfig:
-        """The eval's RunConfig of this collection: the teacher plays the policy."""
-        return RunConfig(
+    def run_config(self) -> TeamConfig:
+        """The eval's TeamConfig of this collection: the teacher plays the policy."""
+        return TeamConfig(
             **self.workflow_config().model_dump(),
             workflow=self.workflow,
             policy=self.teacher,

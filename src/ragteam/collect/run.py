@@ -22,14 +22,14 @@ from functools import partial
 from time import perf_counter
 from typing import Any
 
+from ragteam.assemble.folder import RESUME_IGNORED as RUN_IGNORED
+from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.collect.accept import AcceptRule, Verdicts, judge_answers
 from ragteam.collect.config import CollectConfig
 from ragteam.collect.mmoa import MMOALabeling, mmoa_rows
 from ragteam.collect.process import process_pairs
 from ragteam.collect.rows import write_rows
 from ragteam.collect.sft import sft_rows, tree_counts
-from ragteam.eval.folder import RESUME_IGNORED as RUN_IGNORED
-from ragteam.eval.folder import TRACE_FILE, open_run
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
@@ -47,13 +47,13 @@ eval's: limit, offset, out, progress, batch sizes...)."""
 
 
 def build_engine(cfg: CollectConfig, data: str, fmt: str):
-    """(workflow, engine) of the collection: the eval's `build_run` with the teacher as the policy, or, for
+    """(workflow, engine) of the collection: the eval's `build_team` with the teacher as the policy, or, for
     MMOA-RAG's SFT data, the labelling rollout over the teacher and the retriever alone."""
-    from ragteam.eval.setup import build_retriever, build_run
+    from ragteam.assemble.build import build_retriever, build_team
 
     run_cfg = cfg.run_config()
     if cfg.mode != "mmoa":
-        parts = build_run(run_cfg, data=data, fmt=fmt)
+        parts = build_team(run_cfg, data=data, fmt=fmt)
         return parts.workflow, parts.engine
     from ragteam.llm.factory import build_chat_model
     from ragteam.rollout.engine import Engine
@@ -66,7 +66,7 @@ def build_engine(cfg: CollectConfig, data: str, fmt: str):
 
 def validate(cfg: CollectConfig) -> None:
     """Fail before any model loads: a known workflow with policy roles, consistent rollout settings."""
-    from ragteam.eval.setup import build_workflow
+    from ragteam.assemble.build import build_workflow
 
     run_cfg = cfg.run_config()  # raises on clashing fork / temperature settings
     workflow = build_workflow(run_cfg)
@@ -84,7 +84,7 @@ def validate(cfg: CollectConfig) -> None:
 def collect_sft(cfg: CollectConfig, episodes: list[Episode], verdicts: Verdicts | None) -> tuple[list, dict]:
     """Rejection sampling: rows of the kept nodes of every tree, and the counts for the summary."""
     rule = AcceptRule.parse(cfg.accept)
-    from ragteam.eval.setup import build_workflow
+    from ragteam.assemble.build import build_workflow
 
     roles = build_workflow(cfg.run_config()).roles
     writers = {role.name: role.write for role in roles if role.write is not None}
@@ -242,7 +242,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
 
     t0 = perf_counter()
     validate(cfg)
-    run = open_run(cfg, f"collect {cfg.what}", RESUME_IGNORED, log)
+    run = open_folder(cfg, f"collect {cfg.what}", RESUME_IGNORED, log)
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
     calls: dict[str, int] = {}
     ranking: dict[str, int] = {}  # the ranker's tallies (malformed LLM rankings...), when it runs here

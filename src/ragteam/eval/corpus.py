@@ -65,7 +65,7 @@ def gold_keys(q: Question) -> list[int] | None:
 
 def choose_corpus(cfg: Any, data: str, fmt: str, needs_retriever: bool, progress: bool = True):
     """(the run config to build with, the `CorpusChoice`): the chosen corpus' index, built once and cached,
-    is put in `retriever.index` of a copy of `cfg`, so `build_run` opens it like any index folder."""
+    is put in `retriever.index` of a copy of `cfg`, so `build_team` opens it like any index folder."""
     from ragteam.retrieval.factory import (
         KIND_NEEDS,
         corpus_file_index,

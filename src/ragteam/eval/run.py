@@ -15,55 +15,26 @@ from typing import Any
 
 from pydantic import Field
 
-from ragteam.config import Config
+from ragteam.assemble.build import build_retriever, build_team, needs_retriever
+from ragteam.assemble.config import JudgeConfig, TeamConfig
+from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.eval import plots as plots_mod
 from ragteam.eval.corpus import choose_corpus, corpus_facts
-from ragteam.eval.folder import TRACE_FILE, open_run
 from ragteam.eval.report import metrics_table, render_report
-from ragteam.eval.scores import aggregate, question_rows
-from ragteam.eval.setup import RunConfig, build_retriever, build_run, needs_retriever
 from ragteam.eval.skipped import write_skipped
-from ragteam.eval.stats import workflow_stats
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
+from ragteam.stats.episodes import workflow_stats
+from ragteam.stats.scores import aggregate, question_rows
 from ragteam.types import Question
+from ragteam.workflows.registry import workflow_help
 
 
-class JudgeConfig(Config):
-    """An OpenAI-compatible endpoint that judges answers; the judge runs only when `base_url` is given."""
-
-    base_url: str | None = Field(None, description="judge server URL, e.g. http://127.0.0.1:8000/v1")
-    model: str = Field("default", description="the judge's served model name")
-    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the judge's API key")
-    timeout: float = Field(120.0, gt=0, description="seconds per judge request")
-
-    def chat_model(self):
-        """The judge's OpenAI-compatible chat model (ValueError when no endpoint is configured)."""
-        from ragteam.llm.config import ModelConfig
-        from ragteam.llm.factory import build_chat_model
-
-        if not self.base_url:
-            raise ValueError("the LLM judge needs an endpoint: pass --judge.base-url URL")
-        return build_chat_model(
-            ModelConfig(
-                backend="openai",
-                base_url=self.base_url,
-                model=self.model,
-                api_key_env=self.api_key_env,
-                timeout=self.timeout,
-            )
-        )
-
-
-class EvalConfig(RunConfig):
+class EvalConfig(TeamConfig):
     """Evaluate one workflow on a benchmark file."""
 
-    workflow: str = Field(
-        ...,
-        description="workflow: direct, standard-rag, c3po, mmoa, gym:direct, gym:cot, gym:rag, gym:react, "
-        "gym:search-o1, gym:re2search",
-    )
+    workflow: str = Field(..., description=workflow_help())
     data: str = Field(..., description="benchmark file (any reader format of ragteam.data.questions)")
     format: str | None = Field(None, description="reader format of --data (default: detected from the file)")
     out: str = Field(..., description="output folder: episodes.jsonl, metrics.json, report.md, plots, config")
@@ -121,7 +92,7 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     from ragteam.metrics.answer import NORMALIZATION, score_answer
 
     t0 = perf_counter()
-    run = open_run(cfg, "eval", log=log)
+    run = open_folder(cfg, "eval", log=log)
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
 
     skipped = write_skipped(qset, out)
@@ -131,7 +102,7 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     calls: dict[str, int] = {}
     if todo:
         # in this process, or on Ray actors that each build the run (--rollout.workers, rollout/distributed.py)
-        parts = spread(partial(build_run, build_cfg, data=cfg.data, fmt=qset.format), build_cfg.rollout)
+        parts = spread(partial(build_team, build_cfg, data=cfg.data, fmt=qset.format), build_cfg.rollout)
         retriever = parts.retriever
         retriever_name = getattr(retriever, "name", None) or getattr(parts.engine, "retriever_name", None)
         with TraceWriter(trace) as writer:

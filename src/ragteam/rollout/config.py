@@ -2,7 +2,7 @@
 
 The fork schedule is data: a list of `ForkRule`s, the first rule matching a policy act (by role and by the
 depth t of the state it is taken in) says how it forks. Depth is counted by the workflow's `DepthRule`
-(`rollout/depth.py`): policy acts for most workflows, C-3PO's steps for `c3po` (the question is depth 0; each
+(`depth.py`): policy acts for most workflows, C-3PO's steps for `c3po` (the question is depth 0; each
 proxy act, LLM call and the answer leaf one step deeper). An act taken at depth t records its node at t + 1.
 C-3PO's tree rollout (section 5.1 and Table 7 of the paper) is
 

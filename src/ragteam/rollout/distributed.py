@@ -65,7 +65,7 @@ def shares(n: int, parts: int) -> list[range]:
 
 def _shape(built: Any) -> str:
     """What a builder returned: `pair` (workflow, engine), `parts` (an object holding `.workflow` and
-    `.engine`, eval's `RunParts`) or `engine`."""
+    `.engine`, `assemble.build.Team`) or `engine`."""
     if isinstance(built, tuple) and len(built) == 2:
         return "pair"
     return "parts" if hasattr(built, "engine") else "engine"
@@ -170,7 +170,7 @@ class RayEngine:
     """An `Engine` look-alike whose runs are spread over `workers` Ray actors (see the module docstring).
 
     `build` is a picklable no-argument function returning an `Engine`, a (workflow, engine) pair or an
-    object holding `.workflow` and `.engine` (eval's `RunParts`); each actor calls it once. `address`
+    object holding `.workflow` and `.engine` (`assemble.build.Team`); each actor calls it once. `address`
     connects to a running cluster (`auto`, `ray://host:10001`); None starts a local Ray sized for the
     actors when none is running in this process. `cpus` and `gpus` are each actor's Ray resources; `threads`
     its torch threads (default: `cpus`).
@@ -302,7 +302,7 @@ class RayEngine:
 
 @dataclass
 class RayParts:
-    """What `spread` returns for a builder of eval's `RunParts`: the same fields, the models in the actors."""
+    """What `spread` returns for a builder of `assemble.build.Team`: the same fields, the models in the actors."""
 
     workflow: Any
     engine: RayEngine

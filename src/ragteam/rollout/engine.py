@@ -17,7 +17,7 @@ returns an `Answer`. The engine keeps up to `max_concurrent` episodes in flight.
 5. finish  - a returned answer becomes an `answer` leaf (with `reward(question, answer)`); an episode with no
              live path left is done and its slot goes to the next question.
 
-Depth is counted by the workflow's `DepthRule` (`rollout/depth.py`: policy acts, or C-3PO's steps): each node
+Depth is counted by the workflow's `DepthRule` (`depth.py`: policy acts, or C-3PO's steps): each node
 records its depth, the fork schedule reads the depth of the state an act is taken in, and the depth limit
 refuses an act whose node, with the steps every path still takes after it, would pass `max_depth`.
 
@@ -41,16 +41,16 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ragteam.depth import depth_rule
 from ragteam.llm.base import ChatModel, ChatRequest, Completion, ModelError, Sampling, TokenCounter
 from ragteam.protocol import Act, Acted, Answer, AskLLM, BudgetExceeded, Request, Retrieve, Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.rollout import calls
 from ragteam.rollout.config import RolloutConfig
-from ragteam.rollout.depth import depth_rule
 from ragteam.rollout.fit import fit_request
 from ragteam.rollout.groups import members
 from ragteam.rollout.replay import ReplayMismatch, Thrown, describe, replay, send
-from ragteam.rollout.select import Candidates, Scorer, argmax
+from ragteam.rollout.scorers import Candidates, Scorer, argmax
 from ragteam.rollout.state import Path, Plan, Run, RunReport
 from ragteam.rollout.tree import Episode, Node
 from ragteam.types import Action, Question
@@ -67,7 +67,8 @@ _MAX_THROWS = 3
 class Engine:
     """Drives workflows over questions against a policy, an LLM server and a retriever (any may be None).
 
-    `scorer` ranks candidates when `config.best_of.n > 1` (see `ragteam.rollout.select`).
+    `scorer` ranks candidates when `config.best_of.n > 1` (`ragteam.rollout.scorers`; an entry point builds
+    the one its config names with `ragteam.assemble.build.build_scorer`).
     """
 
     def __init__(
@@ -86,7 +87,7 @@ class Engine:
         if self.config.best_of.n > 1 and scorer is None:
             raise ValueError(
                 f"best_of.n={self.config.best_of.n} needs a scorer ({self.config.best_of.scorer}); "
-                "build one with ragteam.rollout.build_scorer"
+                "build one with ragteam.assemble.build.build_scorer"
             )
         self.calls: Counter = Counter()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragteam.depth import ACTS, DepthRule
 from ragteam.protocol import Episodic, Request
-from ragteam.rollout.depth import ACTS, DepthRule
 from ragteam.rollout.replay import Step
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
@@ -33,7 +33,7 @@ class Path:
 
     gen: Episodic | None
     parent: int | None = None
-    depth: int = 0  # depth t of the path's last node, by the workflow's DepthRule (rollout/depth.py)
+    depth: int = 0  # depth t of the path's last node, by the workflow's DepthRule (depth.py)
     tokens: int = 0  # generated tokens so far (policy and LLM)
     history: list[Step] = field(default_factory=list)  # requests and results, for replay into forks
     pending: Request | None = None

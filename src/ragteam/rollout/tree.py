@@ -23,7 +23,7 @@ class Node:
     """One step of an episode. Which fields are set depends on `kind`:
 
     - every node: `id` (its index in `Episode.nodes`), `parent` (None at the root), `kind`, `depth`, `seconds`.
-      `depth` is the node's depth t as its workflow counts it (`rollout/depth.py`): the policy acts on the
+      `depth` is the node's depth t as its workflow counts it (`depth.py`): the policy acts on the
       path up to and including it, or for C-3PO its steps (acts, LLM calls, the answer leaf).
     - `policy`: `role`, `messages` (the prompt as sent, after any fitting), `completion` (text, prompt and
       completion ids, per-token log-probs, `forced_tokens`, `finish_reason`; see `Completion`), `action` (the

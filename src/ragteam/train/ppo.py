@@ -31,8 +31,8 @@ Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
 
 Building the run is `ppo_run.py`; the log row and the guards that watch it (entropy, KL and reply length
 running away, per role) are `ppo_log.py`. Output in `--out`: the final policy (a model folder), its critic
-(`OUT/critic/`, when there is one), `log.jsonl`, `runs/` (TensorBoard), `curves.png`, `checkpoint-N/`,
-`config.yaml`.
+(`OUT/critic/`, when there is one), `log.jsonl`, `runs/` (TensorBoard), `wandb/` (--report-to wandb),
+`curves.png`, `checkpoint-N/`, `config.yaml`.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ import torch
 from torch import Tensor
 
 from ragteam.credit import get_credit
-from ragteam.eval.scores import bootstrap_ci, episode_scores
 from ragteam.rollout.traces import write_episodes
 from ragteam.rollout.tree import Episode
+from ragteam.stats.scores import bootstrap_ci, episode_scores
 from ragteam.train.actor_critic import completion_logprobs
 from ragteam.train.advantages import get_advantage, normalize
 from ragteam.train.distributed import (
@@ -75,8 +75,8 @@ from ragteam.train.losses import get_policy_loss, kl_penalty, masked_mean, token
 from ragteam.train.meters import PhaseTimer, RoleMeters
 from ragteam.train.ppo_checkpoint import load_checkpoint, save_checkpoint
 from ragteam.train.ppo_config import PPOConfig, with_recipe
-from ragteam.train.ppo_log import iteration_row, log_iteration, open_tensorboard
-from ragteam.train.ppo_run import Experience, Iteration, Run, build
+from ragteam.train.ppo_log import iteration_row, log_iteration, open_scalars
+from ragteam.train.ppo_run import Experience, Iteration, Trainer, build
 from ragteam.train.sync import SharedModule
 
 __all__ = ["PPOConfig", "start", "train_ppo"]
@@ -84,13 +84,13 @@ __all__ = ["PPOConfig", "start", "train_ppo"]
 PHASES = ("rollout", "credit", "advantages", "update", "evaluate", "checkpoint")
 
 
-def start(cfg: PPOConfig) -> Run:
+def start(cfg: PPOConfig) -> Trainer:
     """The run, built, with its checkpoint restored when it resumes and its TensorBoard writer open."""
-    run = build(cfg)
-    if run.resume_from is not None:
-        load_checkpoint(run, run.resume_from)
-    run.tb = open_tensorboard(run) if run.dist.main else None
-    return run
+    trainer = build(cfg)
+    if trainer.resume_from is not None:
+        load_checkpoint(trainer, trainer.resume_from)
+    trainer.scalars = open_scalars(trainer) if trainer.dist.main else None
+    return trainer
 
 
 # ============================================================================ the phases
@@ -108,74 +108,80 @@ def iteration_questions(questions: list, iteration: int, per_iteration: int, see
     return out
 
 
-def rollout(run: Run, iteration: int) -> list[Episode]:
+def rollout(trainer: Trainer, iteration: int) -> list[Episode]:
     """Phase 1: play the workflow on this iteration's questions with the current weights."""
     from ragteam.metrics.answer import score_answer
 
-    cfg = run.cfg
-    push(run, iteration)  # a served policy gets the weights after `iteration` updates
-    batch = iteration_questions(run.questions, iteration, cfg.questions_per_iteration, cfg.seed)
-    report = run.engine.run(
-        run.workflow,
-        share(batch, run.dist),  # under torchrun, this rank's share; the episodes are then gathered
+    cfg = trainer.cfg
+    push(trainer, iteration)  # a served policy gets the weights after `iteration` updates
+    batch = iteration_questions(trainer.questions, iteration, cfg.questions_per_iteration, cfg.seed)
+    report = trainer.engine.run(
+        trainer.workflow,
+        share(batch, trainer.dist),  # under torchrun, this rank's share; the episodes are then gathered
         reward=lambda q, a: score_answer(a, q),
-        progress=cfg.progress and run.dist.main,
+        progress=cfg.progress and trainer.dist.main,
         config=cfg.rollout.model_copy(update={"seed": cfg.seed * 1_000_003 + iteration}),
     )
-    return gather_shares(report.episodes, run.dist)
+    return gather_shares(report.episodes, trainer.dist)
 
 
-def push(run: Run, iteration: int) -> None:
+def push(trainer: Trainer, iteration: int) -> None:
     """The current weights to the rollout backend (rank 0 pushes to a server; every rank then waits)."""
-    if run.dist.main or isinstance(run.sync, SharedModule) or getattr(run.sync, "collective", False):
-        run.sync.push(run.ac.policy, iteration)
-    run.dist.barrier()
+    if (
+        trainer.dist.main
+        or isinstance(trainer.sync, SharedModule)
+        or getattr(trainer.sync, "collective", False)
+    ):
+        trainer.sync.push(trainer.ac.policy, iteration)
+    trainer.dist.barrier()
 
 
-def judge_leaves(run: Run, episodes: list[Episode]) -> None:
+def judge_leaves(trainer: Trainer, episodes: list[Episode]) -> None:
     """`--ppo.reward judge`: the LLM judge's verdict (1/0) on every answered leaf, as its `judge` reward, in
     one batched call per iteration; failed and truncated leaves stay unjudged (worth 0 in credit)."""
     from ragteam.metrics.judge import LLMJudge
 
-    if run.judge is None:
-        run.judge = LLMJudge(run.cfg.judge.chat_model())
+    if trainer.judge is None:
+        trainer.judge = LLMJudge(trainer.cfg.judge.chat_model())
     leaves = [(ep, lf) for ep in episodes for lf in ep.leaves() if lf.status == "ok"]
-    verdicts = run.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
+    verdicts = trainer.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
     for (_, leaf), v in zip(leaves, verdicts):
         leaf.rewards["judge"] = v
 
 
-def score_acts(run: Run, episodes: list[Episode]) -> None:
+def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
     """`--ppo.process-reward critic` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
     `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
     the critic scores candidates at inference (`CriticScorer`), in one batched call per iteration; the
     `process` credit then gives each act its own score."""
     from ragteam.llm.critic import CriticModel
 
-    if run.prm is None:
-        run.prm = CriticModel.from_config(run.cfg.critic)
+    if trainer.prm is None:
+        trainer.prm = CriticModel.from_config(trainer.cfg.critic)
     acts = [n for ep in episodes for n in ep.policy_nodes() if n.messages is not None]
-    scores = run.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
+    scores = trainer.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
     for node, value in zip(acts, scores):
         node.score = float(value)
 
 
-def credit(run: Run, episodes: list[Episode]) -> tuple[list[Sample], dict[str, int]]:
+def credit(trainer: Trainer, episodes: list[Episode]) -> tuple[list[Sample], dict[str, int]]:
     """Phase 2: one reward per policy node (the recipe's credit function), one Sample per credited node."""
-    if run.cfg.ppo.reward == "judge":
-        judge_leaves(run, episodes)
-    if run.cfg.ppo.process_reward == "critic":
-        score_acts(run, episodes)
-    fn = get_credit(run.cfg.ppo.credit)
-    return samples_from_episodes(episodes, fn, run.cfg.ppo.reward, max_tokens=run.cfg.ppo.max_sample_tokens)
+    if trainer.cfg.ppo.reward == "judge":
+        judge_leaves(trainer, episodes)
+    if trainer.cfg.ppo.process_reward == "critic":
+        score_acts(trainer, episodes)
+    fn = get_credit(trainer.cfg.ppo.credit)
+    return samples_from_episodes(
+        episodes, fn, trainer.cfg.ppo.reward, max_tokens=trainer.cfg.ppo.max_sample_tokens
+    )
 
 
-def trained(run: Run, samples: list[Sample], skipped: dict[str, int]) -> list[Sample]:
+def trained(trainer: Trainer, samples: list[Sample], skipped: dict[str, int]) -> list[Sample]:
     """The samples the update trains on, the others counted in `skipped`: those of the roles
     `--ppo.train-roles` names (all when empty) and, under a group estimator, those of a group that scored
     alike (`--ppo.skip-uninformative`: their advantage is 0, so scoring and back-propagating them buys
     nothing)."""
-    opts = run.cfg.ppo
+    opts = trainer.cfg.ppo
     kept = [s for s in samples if s.role in opts.train_roles] if opts.train_roles else samples
     if len(kept) < len(samples):
         skipped["role_not_trained"] = len(samples) - len(kept)
@@ -188,30 +194,30 @@ def trained(run: Run, samples: list[Sample], skipped: dict[str, int]) -> list[Sa
 
 
 @torch.no_grad()
-def advantages(run: Run, samples: list[Sample]) -> Experience:
+def advantages(trainer: Trainer, samples: list[Sample]) -> Experience:
     """Phase 3: old log-probs (and values) under the current weights, reference log-probs, token rewards,
     then the configured estimator over the samples' groups and the configured normalisation."""
-    cfg, dev = run.cfg.ppo, run.device
-    critic = run.ac.has_critic
+    cfg, dev = trainer.cfg.ppo, trainer.device
+    critic = trainer.ac.has_critic
     n, longest = len(samples), max(len(s.completion_ids) for s in samples)
     old_logp, ref_logp, values = (torch.zeros(n, longest, device=dev) for _ in range(3))
     mask = torch.zeros(n, longest, dtype=torch.bool, device=dev)
-    dist = run.dist
+    dist = trainer.dist
     every = micro_batches(samples, range(n), cfg.micro_tokens)
     mine = every[dist.rank :: dist.world]  # torchrun: every world-th micro-batch; the others score the rest
     # FSDP gathers weights inside each forward: every rank runs as many (one scores a batch for nothing)
-    steps = -(-len(every) // dist.world) if sharded(run.ac) else len(mine)
+    steps = -(-len(every) // dist.world) if sharded(trainer.ac) else len(mine)
     for k in range(steps):
         idx = mine[k] if k < len(mine) else None
         batch = pack_samples([samples[i] for i in idx or every[0]]).to(dev)
         t = batch.mask.shape[1]
-        scored = run.ac(batch)
+        scored = trainer.ac(batch)
         if idx is None:
             continue
         ref = (
-            completion_logprobs(run.ref, batch)[0]
-            if run.ref is not None
-            else run.ac.reference_logprobs(batch)
+            completion_logprobs(trainer.ref, batch)[0]
+            if trainer.ref is not None
+            else trainer.ac.reference_logprobs(batch)
         )
         rows = torch.tensor(idx, device=dev)
         old_logp[rows, :t], ref_logp[rows, :t] = scored.logp, ref
@@ -225,7 +231,7 @@ def advantages(run: Run, samples: list[Sample]) -> Experience:
     drift = _logprob_drift(samples, old_logp)
     kl = kl_penalty(old_logp, ref_logp, cfg.kl_estimator) * mask
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32, device=dev)
-    rewards = token_rewards(scores, kl, mask, run.kl.beta)
+    rewards = token_rewards(scores, kl, mask, trainer.kl.beta)
     index, siblings, roles = (x.to(dev) for x in group_ids(samples))
     adv, returns = get_advantage(cfg.advantage).fn(
         rewards, mask, values if critic else None, index, siblings=siblings, gamma=cfg.gamma, lam=cfg.lam
@@ -248,7 +254,7 @@ def _logprob_drift(samples: list[Sample], old_logp: Tensor) -> float | None:
     return total / count if count else None
 
 
-def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
+def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
     """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per role.
     With `--ppo.target-kl`, the update stops before a step once a minibatch's KL(old || current) per token
     passes 1.5 x the target (as Stable-Baselines3 does): Adam moves every weight by about the learning rate
@@ -257,20 +263,20 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
     Under torchrun each rank takes a token-balanced share of every minibatch; its loss is scaled by the
     world size because DDP averages the ranks' gradients, so the gradient is the token mean over the whole
     minibatch, as in one process (train/distributed.py)."""
-    cfg, dev, dist = run.cfg.ppo, run.device, run.dist
+    cfg, dev, dist = trainer.cfg.ppo, trainer.device, trainer.dist
     pg_loss = get_policy_loss(cfg.loss)
     meters = RoleMeters()
-    gen = torch.Generator().manual_seed(run.cfg.seed * 1_000_003 + iteration)
-    params = [p for g in run.optimizer.param_groups for p in g["params"]]
+    gen = torch.Generator().manual_seed(trainer.cfg.seed * 1_000_003 + iteration)
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
     lengths = [s.length for s in exp.samples]
     if cfg.gradient_checkpointing:
-        run.ac.policy.train()
+        trainer.ac.policy.train()
     steps_taken, stopped = 0, False
     for _ in range(cfg.epochs):
         if stopped:
             break
         for mb in minibatches(exp.samples, cfg.minibatch_tokens, generator=gen):
-            run.optimizer.zero_grad(set_to_none=True)
+            trainer.optimizer.zero_grad(set_to_none=True)
             mb_tokens = exp.mask[mb].sum().clamp_min(1)
             drift = torch.zeros(1, device=dev)  # this minibatch's sum of k3 KL(old || current) over tokens
             split = [
@@ -288,8 +294,8 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
                 t, rows = batch.mask.shape[1], torch.tensor(idx, device=dev)
                 old, adv, ret = (x[rows, :t] for x in (exp.old_logp, exp.advantages, exp.returns))
                 old_v = exp.old_values[rows, :t] if exp.old_values is not None else None
-                with no_sync(run.model, last=k == steps - 1):
-                    out = run.model(batch, entropy=True)
+                with no_sync(trainer.model, last=k == steps - 1):
+                    out = trainer.model(batch, entropy=True)
                     pg, _ = pg_loss(out.logp, old, adv, batch.mask, clip=cfg.clip)
                     with torch.no_grad():
                         r = (out.logp - old) * batch.mask
@@ -314,14 +320,14 @@ def update(run: Run, exp: Experience, iteration: int) -> RoleMeters:
                 stopped = True
                 break
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            run.optimizer.step()
+            trainer.optimizer.step()
             steps_taken += 1
             if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
                 norm = norm.full_tensor()
             meters.add(None, "grad_norm", float(norm))
     meters.add(None, "optimizer_steps", steps_taken)
-    run.ac.eval()
-    run.scheduler.step()
+    trainer.ac.eval()
+    trainer.scheduler.step()
     return merge_meters(meters, dist)
 
 
@@ -355,34 +361,34 @@ def _role_stats(meters: RoleMeters, batch, out, old, adv, ret, old_v, cfg, pg_lo
             meters.add(role, name, value, n)
 
 
-def evaluate(run: Run) -> dict[str, Any]:
+def evaluate(trainer: Trainer) -> dict[str, Any]:
     """Phase 5: greedy rollouts on the held-out questions; mean EM / F1 / cover-EM with 95% intervals. The
     episodes go to OUT/eval/iteration-N.jsonl, in the format of `ragteam eval`'s episodes.jsonl."""
-    from ragteam.eval.stats import invalid_action_stats, strategy_stats
     from ragteam.metrics.answer import score_answer
+    from ragteam.stats.episodes import invalid_action_stats, strategy_stats
 
-    if not run.eval_questions:
+    if not trainer.eval_questions:
         return {}
-    push(run, run.state["iteration"])
-    greedy = run.cfg.rollout.model_copy(
-        update={"temperature": 0.0, "forks": [], "group_size": 1, "seed": run.cfg.seed}
+    push(trainer, trainer.state["iteration"])
+    greedy = trainer.cfg.rollout.model_copy(
+        update={"temperature": 0.0, "forks": [], "group_size": 1, "seed": trainer.cfg.seed}
     )
     t0 = time.perf_counter()
-    report = run.engine.run(
-        run.workflow,
-        share(run.eval_questions, run.dist),
+    report = trainer.engine.run(
+        trainer.workflow,
+        share(trainer.eval_questions, trainer.dist),
         reward=lambda q, a: score_answer(a, q),
-        progress=run.cfg.progress and run.dist.main,
+        progress=trainer.cfg.progress and trainer.dist.main,
         config=greedy,
     )
-    episodes = gather_shares(report.episodes, run.dist)
-    trace = run.out / "eval" / f"iteration-{run.state['iteration']}.jsonl"  # for paired comparisons
-    if run.dist.main:
+    episodes = gather_shares(report.episodes, trainer.dist)
+    trace = trainer.out / "eval" / f"iteration-{trainer.state['iteration']}.jsonl"  # for paired comparisons
+    if trainer.dist.main:
         trace.parent.mkdir(parents=True, exist_ok=True)
         write_episodes(trace, episodes)
     scores = [episode_scores(ep) or {} for ep in episodes]
     out: dict[str, Any] = {"questions": len(scores), "seconds": round(time.perf_counter() - t0, 1)}
-    out["trace"] = str(trace.relative_to(run.out))
+    out["trace"] = str(trace.relative_to(trainer.out))
     for metric in ("em", "f1", "cover_em"):
         values = [100.0 * s.get(metric, 0.0) for s in scores]
         lo, hi = bootstrap_ci(values)
@@ -402,64 +408,64 @@ def train_ppo(cfg: PPOConfig) -> Path:
     from ragteam.train.curves import write_curves
 
     cfg = with_recipe(cfg)
-    run = start(cfg)
-    for it in range(run.state["iteration"], cfg.iterations):
+    trainer = start(cfg)
+    for it in range(trainer.state["iteration"], cfg.iterations):
         timer = PhaseTimer()
-        step = Iteration(it, tuple(g["lr"] for g in run.optimizer.param_groups))  # the update steps them
+        step = Iteration(it, tuple(g["lr"] for g in trainer.optimizer.param_groups))  # the update steps them
 
         with timer("rollout"):
-            step.episodes = rollout(run, it)
+            step.episodes = rollout(trainer, it)
             step.generated = sum(
                 len(n.completion.completion_ids or [])
                 for ep in step.episodes for n in ep.policy_nodes() if n.completion is not None
             )  # fmt: skip
-            run.state["generated_tokens"] += step.generated
-        spent = cfg.budget_tokens is not None and run.state["generated_tokens"] >= cfg.budget_tokens
+            trainer.state["generated_tokens"] += step.generated
+        spent = cfg.budget_tokens is not None and trainer.state["generated_tokens"] >= cfg.budget_tokens
         last = it + 1 == cfg.iterations or spent
 
         with timer("credit"):
-            step.samples, step.skipped = credit(run, step.episodes)
-            step.trained = trained(run, step.samples, step.skipped)
+            step.samples, step.skipped = credit(trainer, step.episodes)
+            step.trained = trained(trainer, step.samples, step.skipped)
 
         if step.trained:
             with timer("advantages"):
-                step.exp = advantages(run, step.trained)
+                step.exp = advantages(trainer, step.trained)
 
             with timer("update"):
-                step.meters = update(run, step.exp, it)
+                step.meters = update(trainer, step.exp, it)
             step.kl_mean = float(masked_mean(step.exp.kl, step.exp.mask))
         else:
             with warnings.catch_warnings():  # "scheduler stepped before optimizer": intended here
                 warnings.simplefilter("ignore", UserWarning)
-                run.scheduler.step()  # every act skipped: nothing to learn, the schedule still advances
-        run.kl.update(step.kl_mean, 1)
-        run.state["iteration"] = it + 1  # updates done
+                trainer.scheduler.step()  # every act skipped: nothing to learn, the schedule still advances
+        trainer.kl.update(step.kl_mean, 1)
+        trainer.state["iteration"] = it + 1  # updates done
 
         with timer("evaluate"):
             due = bool(cfg.eval_every) and (it + 1) % cfg.eval_every == 0
-            step.eval = evaluate(run) if due or last else {}
+            step.eval = evaluate(trainer) if due or last else {}
 
-        row = iteration_row(run, step)
+        row = iteration_row(trainer, step)
         with timer("checkpoint"):
             if (it + 1) % cfg.save_every == 0 or last:
-                save_checkpoint(run, it + 1, row)
+                save_checkpoint(trainer, it + 1, row)
         row["seconds"] = {k: round(v, 2) for k, v in timer.seconds.items()}
-        if run.dist.main:
-            log_iteration(run, row)
+        if trainer.dist.main:
+            log_iteration(trainer, row)
         if spent:
-            if run.dist.main:
+            if trainer.dist.main:
                 print(
                     f"ppo: token budget {cfg.budget_tokens} spent after {it + 1} iterations", file=sys.stderr
                 )
             break
 
-    save_actor_critic(run.ac, run.out, run.tokenizer, run.dist)
-    if run.dist.main:
-        write_curves(run.out)
-    run.dist.barrier()  # the output is complete when any rank returns
-    close = getattr(run.engine, "close", None)  # Ray rollout workers (--rollout.workers)
+    save_actor_critic(trainer.ac, trainer.out, trainer.tokenizer, trainer.dist)
+    if trainer.dist.main:
+        write_curves(trainer.out)
+    trainer.dist.barrier()  # the output is complete when any rank returns
+    close = getattr(trainer.engine, "close", None)  # Ray rollout workers (--rollout.workers)
     if close is not None:
         close()
-    if run.tb is not None:
-        run.tb.close()
-    return run.out
+    if trainer.scalars is not None:
+        trainer.scalars.close()
+    return trainer.out

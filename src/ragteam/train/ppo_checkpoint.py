@@ -16,26 +16,28 @@ import numpy as np
 import torch
 
 from ragteam.train.distributed import load_optimizer_state, optimizer_state, save_actor_critic
-from ragteam.train.ppo_run import Run
+from ragteam.train.ppo_run import Trainer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
 STATE_KEYS = ("iteration", "generated_tokens", "baseline")
 
 
-def save_checkpoint(run: Run, iteration: int, row: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(trainer: Trainer, iteration: int, row: dict[str, Any] | None = None) -> Path:
     """Phase 6: `checkpoint-<iteration>/`, written under a temporary name and renamed when complete. It
     holds the iteration's log row too: a run killed between the checkpoint and its log line gets the line
     back on resume."""
-    final = run.out / f"checkpoint-{iteration}"
-    tmp = run.out / f".checkpoint-{iteration}.tmp"
-    if run.dist.main:
+    final = trainer.out / f"checkpoint-{iteration}"
+    tmp = trainer.out / f".checkpoint-{iteration}.tmp"
+    if trainer.dist.main:
         shutil.rmtree(tmp, ignore_errors=True)
-    save_actor_critic(run.ac, tmp, run.tokenizer, run.dist, merged=False)  # every torchrun rank calls this...
-    optimizer = optimizer_state(run.model, run.optimizer)
-    if not run.dist.main:  # ...and rank 0 alone writes
+    save_actor_critic(
+        trainer.ac, tmp, trainer.tokenizer, trainer.dist, merged=False
+    )  # every torchrun rank calls this...
+    optimizer = optimizer_state(trainer.model, trainer.optimizer)
+    if not trainer.dist.main:  # ...and rank 0 alone writes
         return final
-    torch.save({"optimizer": optimizer, "scheduler": run.scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save({"optimizer": optimizer, "scheduler": trainer.scheduler.state_dict()}, tmp / "optimizer.pt")
     torch.save(
         {
             "python": random.getstate(),
@@ -45,29 +47,29 @@ def save_checkpoint(run: Run, iteration: int, row: dict[str, Any] | None = None)
         },
         tmp / "rng.pt",
     )
-    state = dict(run.state, global_step=iteration, iteration=iteration, log_row=row)
-    state["kl"] = {"beta": run.kl.beta, "steps": run.kl.steps, "beta_start": run.kl.beta_start}
+    state = dict(trainer.state, global_step=iteration, iteration=iteration, log_row=row)
+    state["kl"] = {"beta": trainer.kl.beta, "steps": trainer.kl.steps, "beta_start": trainer.kl.beta_start}
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    _prune_checkpoints(run)
+    _prune_checkpoints(trainer)
     return final
 
 
-def _prune_checkpoints(run: Run) -> None:
+def _prune_checkpoints(trainer: Trainer) -> None:
     from ragteam.train.common import checkpoints
 
-    limit = run.cfg.save_total_limit
+    limit = trainer.cfg.save_total_limit
     if limit is not None:
-        for old in checkpoints(run.out)[:-limit]:
+        for old in checkpoints(trainer.out)[:-limit]:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint(run: Run, folder: Path) -> None:
+def load_checkpoint(trainer: Trainer, folder: Path) -> None:
     """Restore what `save_checkpoint` wrote (the weights are loaded by `build`)."""
-    opt = torch.load(folder / "optimizer.pt", map_location=run.device, weights_only=False)
-    load_optimizer_state(run.model, run.optimizer, opt["optimizer"])
-    run.scheduler.load_state_dict(opt["scheduler"])
+    opt = torch.load(folder / "optimizer.pt", map_location=trainer.device, weights_only=False)
+    load_optimizer_state(trainer.model, trainer.optimizer, opt["optimizer"])
+    trainer.scheduler.load_state_dict(opt["scheduler"])
     rng = torch.load(folder / "rng.pt", weights_only=False)
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
@@ -76,10 +78,12 @@ def load_checkpoint(run: Run, folder: Path) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
     state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
     kl = state.pop("kl")
-    run.kl.beta, run.kl.steps, run.kl.beta_start = kl["beta"], kl["steps"], kl["beta_start"]
+    trainer.kl.beta, trainer.kl.steps, trainer.kl.beta_start = kl["beta"], kl["steps"], kl["beta_start"]
     row = state.pop("log_row", None)
-    logged = [json.loads(x) for x in (run.out / "log.jsonl").read_text(encoding="utf-8").splitlines() if x]
-    if row is not None and run.dist.main and not any(r.get("step") == row["step"] for r in logged):
-        with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
+    logged = [
+        json.loads(x) for x in (trainer.out / "log.jsonl").read_text(encoding="utf-8").splitlines() if x
+    ]
+    if row is not None and trainer.dist.main and not any(r.get("step") == row["step"] for r in logged):
+        with (trainer.out / "log.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
-    run.state = {k: state[k] for k in STATE_KEYS if k in state} | {"baseline": state.get("baseline", {})}
+    trainer.state = {k: state[k] for k in STATE_KEYS if k in state} | {"baseline": state.get("baseline", {})}

@@ -13,11 +13,11 @@ from typing import Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.config import ConfigError
-from ragteam.eval.run import JudgeConfig
-from ragteam.eval.setup import RunConfig
 from ragteam.llm.critic import CriticConfig
 from ragteam.train.common import LoraFields
+from ragteam.train.report import REPORT_TO_HELP, ReportTo
 from ragteam.workflows import profiles
 
 
@@ -145,7 +145,7 @@ class PPOOptions(LoraFields):
         return value
 
 
-class PPOConfig(RunConfig):
+class PPOConfig(TeamConfig):
     """Multi-agent PPO of one policy over a workflow's roles (`ragteam train ppo`)."""
 
     recipe: str | None = Field(
@@ -179,6 +179,7 @@ class PPOConfig(RunConfig):
     threads: int | None = Field(None, ge=1, description="torch intra-op threads")
     device: Literal["auto", "cpu", "cuda"] = Field("auto")
     tensorboard: bool = Field(True, description="write TensorBoard events to OUT/runs (when installed)")
+    report_to: ReportTo = Field("none", description=REPORT_TO_HELP)
     progress: bool = Field(True, description="progress bars")
     ppo: PPOOptions = Field(default_factory=PPOOptions)
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="the judge of --ppo.reward judge")

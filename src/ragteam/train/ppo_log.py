@@ -1,4 +1,4 @@
-"""PPO's log: one row per iteration (`log.jsonl`, TensorBoard, a line on stderr), built from what the
+"""PPO's log: one row per iteration (`log.jsonl`, TensorBoard, W&B, a line on stderr), built from what the
 iteration's phases produced, and the guards that watch it: a role whose entropy, KL or reply length runs
 away from where the run started gets a warning in the row and on the terminal.
 """
@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ragteam.eval.folder import flatten
+from ragteam.assemble.folder import flatten
 from ragteam.rollout.tree import Episode
 from ragteam.train.experience import Sample
-from ragteam.train.ppo_run import Experience, Iteration, Run
+from ragteam.train.ppo_run import Experience, Iteration, Trainer
+from ragteam.train.report import Scalars, start_wandb
 
-__all__ = ["iteration_row", "log_iteration", "open_tensorboard", "rollout_stats", "runaway"]
+__all__ = ["iteration_row", "log_iteration", "open_scalars", "rollout_stats", "runaway"]
 
 # A role "runs away" when, against its first iteration, its entropy per token at least doubles (and rises by
 # 1 nat), its reply at least doubles (and grows by 8 tokens), or its KL to the reference passes 0.5 nats per
@@ -79,10 +80,10 @@ def group_stats(samples: list[Sample]) -> dict[str, Any]:
     return {"n": len(groups), "multi": len(multi), "informative": informative / len(multi) if multi else 0.0}
 
 
-def runaway(run: Run, row: dict[str, Any]) -> list[str]:
+def runaway(trainer: Trainer, row: dict[str, Any]) -> list[str]:
     """Warnings for the roles whose entropy, reply length or KL ran away from the run's first iteration
-    (kept in `run.state["baseline"]`, so a resumed run compares with the same start)."""
-    base = run.state.setdefault("baseline", {})
+    (kept in `trainer.state["baseline"]`, so a resumed run compares with the same start)."""
+    base = trainer.state.setdefault("baseline", {})
     out = []
     for role, r in row.get("roles", {}).items():
         first = base.setdefault(role, {k: r[k] for k in ("entropy", "length") if k in r})
@@ -97,7 +98,7 @@ def runaway(run: Run, row: dict[str, Any]) -> list[str]:
     return out
 
 
-def iteration_row(run: Run, step: Iteration) -> dict[str, Any]:
+def iteration_row(trainer: Trainer, step: Iteration) -> dict[str, Any]:
     """The log row of one iteration: rollout statistics, PPO statistics (overall and per role), schedule."""
     overall, per_role = step.meters.means()
     row: dict[str, Any] = {"step": step.index + 1, "iteration": step.index + 1, "time": round(time.time(), 3)}
@@ -107,39 +108,42 @@ def iteration_row(run: Run, step: Iteration) -> dict[str, Any]:
     row |= {
         "skipped": step.skipped,
         "generated_tokens": step.generated,
-        "generated_tokens_total": run.state["generated_tokens"],
+        "generated_tokens_total": trainer.state["generated_tokens"],
         "kl_mean": step.kl_mean,
-        "kl_beta": run.kl.beta,
+        "kl_beta": trainer.kl.beta,
         "logprob_drift": step.exp.drift if step.exp is not None else None,
         "lr": step.lrs[0],
         "critic_lr": step.lrs[1] if len(step.lrs) > 1 else None,
         "train": overall,
     }
-    row["warnings"] = runaway(run, row)
+    row["warnings"] = runaway(trainer, row)
     if step.eval:
         row["eval"] = step.eval
     return row
 
 
-def open_tensorboard(run: Run):
+def open_scalars(trainer: Trainer) -> Scalars | None:
+    """Where each row's numbers go besides log.jsonl: TensorBoard in OUT/runs (unless --no-tensorboard or not
+    installed) and the W&B run of --report-to wandb (continued on --resume); None when neither."""
     from ragteam.train.common import tensorboard_available
 
-    if not run.cfg.tensorboard or not tensorboard_available():
-        return None
-    from torch.utils.tensorboard import SummaryWriter
+    writer = run = None
+    if trainer.cfg.tensorboard and tensorboard_available():
+        from torch.utils.tensorboard import SummaryWriter
 
-    return SummaryWriter(str(run.out / "runs"))
+        writer = SummaryWriter(str(trainer.out / "runs"))
+    if trainer.cfg.report_to == "wandb":
+        config = trainer.cfg.model_dump(mode="json")
+        run = start_wandb(trainer.out, config, resume=trainer.resume_from is not None)
+    return Scalars(writer, run) if writer is not None or run is not None else None
 
 
-def log_iteration(run: Run, row: dict[str, Any]) -> None:
-    with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
+def log_iteration(trainer: Trainer, row: dict[str, Any]) -> None:
+    with (trainer.out / "log.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
-    if run.tb is not None:
-        for key, value in flatten(row, sep="/").items():
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            if numeric and key not in ("step", "iteration", "time"):
-                run.tb.add_scalar(key, value, row["step"])
-        run.tb.flush()
+    if trainer.scalars is not None:
+        values = {k: v for k, v in flatten(row, sep="/").items() if k not in ("step", "iteration", "time")}
+        trainer.scalars.log(values, row["step"])
     r, t = row["reward"], row.get("train", {})
     ev = row.get("eval") or {}
     print(

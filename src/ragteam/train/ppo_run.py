@@ -39,7 +39,7 @@ from ragteam.train.sync import (
 __all__ = [
     "Experience",
     "Iteration",
-    "Run",
+    "Trainer",
     "build",
     "build_optimizer",
     "check",
@@ -49,7 +49,7 @@ __all__ = [
 
 
 @dataclass
-class Run:
+class Trainer:
     """Everything `train_ppo` builds once and every phase reads."""
 
     cfg: PPOConfig
@@ -66,7 +66,7 @@ class Run:
     eval_questions: list
     device: torch.device
     sync: WeightSync
-    tb: Any = None
+    scalars: Any = None  # train/report.Scalars: TensorBoard and W&B, on the main process
     dist: Dist = SINGLE  # this process's rank under torchrun (train/distributed.py)
     model: Any = None  # what the update runs through: `ac`, or `ac` wrapped by DDP / FSDP
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
@@ -154,26 +154,23 @@ def build_optimizer(
     )
 
 
-def build(cfg: PPOConfig) -> Run:
+def build(cfg: PPOConfig) -> Trainer:
     """Questions, output folder, models (policy, critic, reference, rollout backends), engine, optimizer.
     A resumed run's weights are loaded here; the rest of its checkpoint by `ppo_checkpoint.load_checkpoint`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragteam.assemble.build import build_workflow
+    from ragteam.assemble.folder import read_selected
     from ragteam.config import save_resolved
-    from ragteam.data.questions import read_questions
-    from ragteam.eval.folder import select_questions
-    from ragteam.eval.setup import build_workflow
     from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
     from ragteam.train.common import prepare_out_dir, resolve_init
 
     workflow = build_workflow(cfg)
     estimator = check(cfg, workflow)  # a setting that cannot learn fails before any model loads
-    qset = read_questions(cfg.data, cfg.format)
-    questions = select_questions(qset.questions, cfg.offset, cfg.limit)
+    qset, questions = read_selected(cfg.data, cfg.format, cfg.offset, cfg.limit)
     eval_questions: list = []
     if cfg.eval_data is not None:
-        eset = read_questions(cfg.eval_data)
-        eval_questions = select_questions(eset.questions, cfg.eval_offset, cfg.eval_limit)
+        eval_questions = read_selected(cfg.eval_data, None, cfg.eval_offset, cfg.eval_limit)[1]
     if not questions:
         raise ValueError(f"{cfg.data}: no training questions at offset {cfg.offset}")
 
@@ -247,12 +244,12 @@ def build(cfg: PPOConfig) -> Run:
         anneal_to=cfg.ppo.kl_anneal_to,
         anneal_steps=cfg.iterations if cfg.ppo.kl_anneal_to is not None else 0,
     )
-    run = Run(
+    trainer = Trainer(
         cfg, Path(cfg.out), workflow, engine, tokenizer, ac, ref, optimizer, scheduler, kl,
         questions, eval_questions, device, sync,
     )  # fmt: skip
-    run.dist, run.model, run.resume_from = dist, model, resume_from
-    return run
+    trainer.dist, trainer.model, trainer.resume_from = dist, model, resume_from
+    return trainer
 
 
 def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
@@ -277,7 +274,7 @@ def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
         )
     if cfg.ppo.train_roles:
         if workflow is None:
-            from ragteam.eval.setup import build_workflow
+            from ragteam.assemble.build import build_workflow
 
             workflow = build_workflow(cfg)
         roles = [r.name for r in getattr(workflow, "roles", ())]
@@ -302,17 +299,15 @@ def lora_policy(base: Any, cfg: PPOConfig, resume_from: Path | None) -> Any:
 
 
 def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
-    """The rollout engine: `policy` (the trained module, in process), else the policy as configured: a
-    server, or, in a Ray rollout worker, a copy of `--init` that gets the trained weights pushed before
-    every rollout. The fixed LLM and the retriever are built here too (once per worker)."""
-    from ragteam.eval.setup import build_retriever, build_workflow
+    """The rollout engine, assembled as every entry point assembles one (`assemble.build.build_team`) around
+    `policy`: the trained module, in process; else the policy as configured: a server, or, in a Ray rollout
+    worker, a copy of `--init` that gets the trained weights pushed before every rollout. The fixed LLM and
+    the retriever are built there too (once per worker); the LLM is never the policy: that one is trained."""
+    from ragteam.assemble.build import build_team
     from ragteam.llm.factory import build_chat_model
     from ragteam.llm.local import LocalChatModel
-    from ragteam.rollout.engine import Engine
-    from ragteam.rollout.select import build_scorer
     from ragteam.train.common import resolve_init
 
-    needs = build_workflow(cfg).needs
     if policy is None and cfg.policy.backend == "local":
         p = cfg.policy
         policy = LocalChatModel(
@@ -324,10 +319,7 @@ def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
         )
     elif policy is None:
         policy = build_chat_model(cfg.policy)
-    llm = build_chat_model(cfg.llm) if "llm" in needs else None  # never the policy: that one is trained
-    retriever = build_retriever(cfg, data=cfg.data, fmt=fmt) if "retriever" in needs else None
-    scorer = build_scorer(cfg.rollout, policy, llm, retriever, None)
-    return Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)
+    return build_team(cfg, data=cfg.data, fmt=fmt, policy=policy).engine
 
 
 def weight_sync(cfg: PPOConfig, engine: Any) -> WeightSync:

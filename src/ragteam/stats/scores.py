@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ragteam.eval.stats import primary_leaf
 from ragteam.rollout.tree import Episode
+from ragteam.stats.episodes import primary_leaf
 from ragteam.types import Question
 
 ANSWER_METRICS = ("em", "f1", "cover_em")

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ragteam.eval.scores import episode_scores
 from ragteam.rollout.tree import Episode
+from ragteam.stats.scores import episode_scores
 
 PAIRED_METRICS = ("em", "f1", "cover_em")
 BINARY_METRICS = frozenset({"em", "cover_em", "mc_acc"})

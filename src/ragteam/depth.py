@@ -10,7 +10,7 @@ itself included. Three things read it, and nothing else counts depth:
 - the depth limit: an act runs only if its node and the `tail` steps every path still takes after its last
   act fit within `RolloutConfig.max_depth`, so that no node of the tree, leaf included, is deeper than it
   (as long as max_depth leaves room for the shortest ending);
-- the statistics: the depth of an episode is the depth of its primary leaf (`eval/stats.py`).
+- the statistics: the depth of an episode is the depth of its primary leaf (`stats/episodes.py`).
 
 `ACTS` (every workflow but C-3PO) counts policy acts: the limit bounds the acts on a path, as before.
 `C3PO` counts the steps of C-3PO's tree (paper, section 5.1 and Fig. 6; the argument is in
@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ragteam.rollout.tree import Episode
-
 
 @dataclass(frozen=True)
 class DepthRule:
@@ -41,8 +39,9 @@ class DepthRule:
         """1 when a node of `kind` is one step deeper than its parent, else 0."""
         return 1 if kind in self.steps else 0
 
-    def of(self, ep: Episode, node_id: int) -> int:
-        """The depth of node `node_id` of `ep`: the steps on the path from the root down to it."""
+    def of(self, ep: Any, node_id: int) -> int:
+        """The depth of node `node_id` of episode `ep` (a `rollout.tree.Episode`; not imported: workflows
+        declare their rule from here, below the rollout): the steps on the path from the root down to it."""
         return sum(self.step(n.kind) for n in ep.path(node_id))
 
     def act_fits(self, t: int, max_depth: int) -> bool:

@@ -1,7 +1,8 @@
-"""A run's output folder, shared by `ragteam eval` and `ragteam collect`: the questions it covers, its resumable
-trace (`episodes.jsonl`), and the resolved config that a resumption must match.
+"""The output folder of a rollout over a question file, shared by `ragteam eval` and `ragteam collect`: the
+questions it covers, its resumable trace (`episodes.jsonl`), and the resolved config that a resumption must
+match. `train ppo` selects its questions the same way (`read_selected`).
 
-`open_run` reads and selects the questions (offset, limit), refuses a folder holding files another command
+`open_folder` reads and selects the questions (offset, limit), refuses a folder holding files another command
 (or a person) wrote unless `--overwrite` (`ragteam.outdir`), creates the folder, drops the trace on
 `--overwrite`, refuses to resume under settings that change rollouts, writes `config.yaml`, and returns
 which questions still have to run. A trace damaged before its end stops the run with how to recover;
@@ -52,7 +53,7 @@ RESUME_IGNORED = frozenset(
 
 
 @dataclass
-class RunFolder:
+class TraceFolder:
     """The selected questions, the question file's format, the trace path and the questions still to run."""
 
     qset: QuestionSet
@@ -64,6 +65,16 @@ class RunFolder:
     @property
     def todo(self) -> list[Question]:
         return [q for q in self.selected if q.id not in self.done]
+
+
+def read_selected(
+    path: str, fmt: str | None, offset: int, limit: int | None, skip_bad: bool = False
+) -> tuple[QuestionSet, list[Question]]:
+    """The questions of `path` (its reader `fmt`, or detected) and their slice [offset, offset + limit)."""
+    from ragteam.data.questions import read_questions
+
+    qset = read_questions(path, fmt, skip_bad=skip_bad)
+    return qset, select_questions(qset.questions, offset, limit)
 
 
 def select_questions(questions: list[Question], offset: int, limit: int | None) -> list[Question]:
@@ -134,16 +145,13 @@ def check_resumable(cfg: BaseModel, out: Path, ignored: Iterable[str] = RESUME_I
         )
 
 
-def open_run(
+def open_folder(
     cfg: Any, command: str, ignored: Iterable[str] = RESUME_IGNORED, log: Callable[[str], Any] = print
-) -> RunFolder:
-    """Prepare `cfg.out` for a run over `cfg.data` (see the module docstring)."""
-    from ragteam.data.questions import read_questions
-
-    qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
+) -> TraceFolder:
+    """Prepare `cfg.out` for a rollout over `cfg.data` (see the module docstring)."""
+    qset, selected = read_selected(cfg.data, cfg.format, cfg.offset, cfg.limit, skip_bad=cfg.skip_bad)
     if qset.skipped:
         log(f"skipped {qset.skipped} malformed records of {cfg.data}")
-    selected = select_questions(qset.questions, cfg.offset, cfg.limit)
     if not selected:
         raise ValueError(
             f"{cfg.data}: no questions at offset {cfg.offset} (the file has {len(qset.questions)})"
@@ -160,7 +168,7 @@ def open_run(
     save_resolved(cfg, out, command)
     # a damaged trace stops here with how to recover; with --repair its intact episodes are kept
     done = finished_ids(load_trace(trace, drop_bad=getattr(cfg, "repair", False))) & {q.id for q in selected}
-    folder = RunFolder(qset, selected, out, trace, done)
+    folder = TraceFolder(qset, selected, out, trace, done)
     if done:
         log(
             f"resuming: {len(done)} of {len(selected)} questions already in {trace}, {len(folder.todo)} to run"

@@ -16,7 +16,8 @@ reward source of RAG-Gym's Table 4 (`--rollout.best-of.scorer`, `collect process
   episode scores its answer's reward against the gold answers, one after which the episode goes on scores 0
   (ORM: outcome source "Truth", no process source; a critic trained on its pairs is the outcome reward model).
 
-A scorer gets all candidate sets of one engine tick at once, so it can batch.
+A scorer gets all candidate sets of one engine tick at once, so it can batch. `assemble.build.build_scorer`
+builds the one a run's `RolloutConfig.best_of` names.
 """
 
 from __future__ import annotations
@@ -413,29 +414,3 @@ def _renamed(question: Question, qid: str) -> Question:
 def argmax(scores: list[float]) -> int:
     """The index of the best score (the first among ties)."""
     return max(range(len(scores)), key=lambda i: (scores[i], -i))
-
-
-def build_scorer(config: Any, policy: Any, llm: Any, retriever: Any, critic: Any = None) -> Scorer | None:
-    """The scorer `config.best_of` asks for (None when keep-one-of-N is off).
-
-    `config` is the run's RolloutConfig; the rollout scorer gets its own engine over the same parts, with
-    forks and keep-one-of-N off; the random scorer is seeded with `config.seed`."""
-    best = config.best_of
-    if best.n <= 1:
-        return None
-    if best.scorer == "critic":
-        if critic is None:
-            raise ValueError("best_of.scorer=critic needs a critic model: pass --critic.model DIR")
-        return CriticScorer(critic)
-    if best.scorer == "llm":
-        if llm is None:
-            raise ValueError("best_of.scorer=llm needs the LLM server (--llm.*)")
-        return LLMRankScorer(llm)
-    if best.scorer == "random":
-        return RandomScorer(config.seed)
-    if best.scorer == "outcome":
-        return OutcomeScorer(best.metric)
-    from ragteam.rollout.engine import Engine
-
-    probe = config.model_copy(update={"forks": [], "best_of": type(best)()})
-    return RolloutScorer(Engine(policy, llm, retriever, probe), rollouts=best.rollouts, metric=best.metric)

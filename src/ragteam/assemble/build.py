@@ -1,0 +1,133 @@
+"""Turning a `TeamConfig` into live objects: the workflow, the models, the retriever, the keep-one-of-N
+scorer and the engine. Every entry point (`ask`, `eval`, `serve team`, `collect`, `train ppo`) builds here,
+so a setting means the same thing in each.
+
+Only what the workflow declares it needs is built (`Workflow.needs`), the workflow first, so a wrong name
+fails before any model loads. When the policy and the LLM server are configured alike, one model object
+plays both (one copy of the weights in memory), unless the caller brings its own policy (a trainer: the
+policy is the model being trained, and the LLM stays fixed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ragteam.assemble.config import TeamConfig
+from ragteam.llm.base import ChatModel
+from ragteam.protocol import Workflow
+from ragteam.retrieval.base import Retriever
+from ragteam.rollout.config import RolloutConfig
+from ragteam.rollout.engine import Engine
+from ragteam.rollout.scorers import (
+    CriticScorer,
+    LLMRankScorer,
+    OutcomeScorer,
+    RandomScorer,
+    RolloutScorer,
+    Scorer,
+)
+
+
+@dataclass
+class Team:
+    """The live objects of a team; `policy` and `llm` are the same object when configured alike."""
+
+    workflow: Workflow
+    policy: ChatModel | None
+    llm: ChatModel | None
+    retriever: Retriever | None
+    engine: Engine
+
+    @property
+    def shared_model(self) -> bool:
+        return self.policy is not None and self.policy is self.llm
+
+
+def build_workflow(cfg: TeamConfig) -> Workflow:
+    """The workflow named by `cfg.workflow` (ValueError listing the names if unknown)."""
+    from ragteam.workflows.registry import build_workflow as build
+
+    return build(cfg.workflow, cfg.workflow_config())
+
+
+def build_models(cfg: TeamConfig, need_policy: bool = True) -> tuple[ChatModel | None, ChatModel]:
+    """(policy, llm): one shared object when both configs are equal, the policy None when not needed."""
+    from ragteam.llm.factory import build_chat_model
+
+    llm = build_chat_model(cfg.llm)
+    if not need_policy:
+        return None, llm
+    if cfg.policy == cfg.llm:  # a local model serializes its own calls, so sharing it is safe
+        return llm, llm
+    return build_chat_model(cfg.policy), llm
+
+
+def needs_retriever(cfg: TeamConfig) -> bool:
+    """Whether the configured workflow may search (as it declares: C-3PO forced to answer directly does not)."""
+    return "retriever" in build_workflow(cfg).needs
+
+
+def build_retriever(cfg: TeamConfig, data: str | None = None, fmt: str | None = None) -> Retriever:
+    """The retriever: an index, a remote URL, or the pooled paragraphs of `data` (built once, cached)."""
+    from ragteam.retrieval.factory import open_retriever
+
+    r = cfg.retriever
+    if r.index is None and r.url is None and data is None:
+        raise ValueError(
+            f"workflow {cfg.workflow!r} retrieves documents but no corpus is given: pass --retriever.index DIR "
+            "(built by `ragteam index`), --retriever.url URL (a /retrieve server) or --data FILE (a dataset "
+            "whose records carry paragraphs)"
+        )
+    return open_retriever(r, data=data, fmt=fmt)
+
+
+def build_scorer(
+    config: RolloutConfig, policy: Any, llm: Any, retriever: Any, critic: Any = None
+) -> Scorer | None:
+    """The keep-one-of-N scorer `config.best_of` asks for (None when keep-one-of-N is off).
+
+    `config` is the run's RolloutConfig; the rollout scorer gets its own engine over the same parts, with
+    forks and keep-one-of-N off; the random scorer is seeded with `config.seed`."""
+    best = config.best_of
+    if best.n <= 1:
+        return None
+    if best.scorer == "critic":
+        if critic is None:
+            raise ValueError("best_of.scorer=critic needs a critic model: pass --critic.model DIR")
+        return CriticScorer(critic)
+    if best.scorer == "llm":
+        if llm is None:
+            raise ValueError("best_of.scorer=llm needs the LLM server (--llm.*)")
+        return LLMRankScorer(llm)
+    if best.scorer == "random":
+        return RandomScorer(config.seed)
+    if best.scorer == "outcome":
+        return OutcomeScorer(best.metric)
+    probe = config.model_copy(update={"forks": [], "best_of": type(best)()})
+    return RolloutScorer(Engine(policy, llm, retriever, probe), rollouts=best.rollouts, metric=best.metric)
+
+
+def build_team(
+    cfg: TeamConfig, data: str | None = None, fmt: str | None = None, policy: ChatModel | None = None
+) -> Team:
+    """Workflow, models, retriever, scorer and engine for `cfg`; `data` is the dataset whose paragraphs are
+    the default corpus. `policy`: a policy the caller built (a trainer's model, in process or served); the
+    LLM server is then a model of its own, built only when the workflow asks it, never that policy."""
+    workflow = build_workflow(cfg)
+    retriever = build_retriever(cfg, data, fmt) if "retriever" in workflow.needs else None
+    if policy is None:
+        policy, llm = build_models(cfg, need_policy="policy" in workflow.needs)
+    else:
+        from ragteam.llm.factory import build_chat_model
+
+        llm = build_chat_model(cfg.llm) if "llm" in workflow.needs else None
+    critic = None
+    best = cfg.rollout.best_of
+    if cfg.critic.model is not None and best.n > 1 and best.scorer == "critic":  # only where it scores
+        from ragteam.llm.critic import CriticModel
+
+        critic = CriticModel.from_config(cfg.critic)
+    scorer = build_scorer(cfg.rollout, policy, llm, retriever, critic)
+    engine = Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)
+    return Team(workflow=workflow, policy=policy, llm=llm, retriever=retriever, engine=engine)

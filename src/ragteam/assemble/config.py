@@ -1,0 +1,87 @@
+"""The configs every entry point assembles a team from: `TeamConfig` (a workflow, its models, retriever and
+rollout settings) and `JudgeConfig` (an optional LLM judge endpoint).
+
+`TeamConfig` names the workflow and holds its options (the `WorkflowConfig` fields, flat: `--topk`,
+`--variant`, `--strategy`...), the policy and the LLM server (configured independently: `--policy.*`,
+`--llm.*`), the retriever (`--retriever.*`), the rollout settings (`--rollout.*`) and the critic that scores
+keep-one-of-N candidates (`--critic.*`). `ragteam ask`, `eval`, `serve team`, `collect` and `train ppo` extend it
+with their own fields; `assemble.build.build_team` turns it into live objects.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from pydantic import Field
+
+from ragteam.config import Config
+from ragteam.llm.config import ModelConfig
+from ragteam.llm.critic import CriticConfig
+from ragteam.retrieval.config import RetrieverConfig
+from ragteam.rollout.config import RolloutConfig
+from ragteam.workflows.config import WorkflowConfig
+
+DEMO_DATA = "hotpotqa-dev-50.jsonl"
+"""The bundled demo questions (ragteam/demo/), whose pooled paragraphs are `ask`'s default corpus."""
+
+
+class TeamConfig(WorkflowConfig):
+    """A workflow with its options, the policy, the LLM server, the retriever and the rollout settings."""
+
+    workflow: str = Field(
+        "c3po",
+        description="workflow: direct, standard-rag, c3po, mmoa, gym:direct, gym:cot, gym:rag, gym:react, "
+        "gym:search-o1, gym:re2search",
+    )
+    policy: ModelConfig = Field(
+        default_factory=ModelConfig, description="the trainable policy that plays the workflow's roles"
+    )
+    llm: ModelConfig = Field(
+        default_factory=ModelConfig, description="the fixed LLM server that writes answers"
+    )
+    retriever: RetrieverConfig = Field(
+        default_factory=RetrieverConfig,
+        description="the corpus: --retriever.index DIR, --retriever.url URL, or the dataset's own paragraphs",
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig, description="decoding, seeds, forks, keep-one-of-N and budgets"
+    )
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig, description="the critic that scores candidates (--rollout.best-of.*)"
+    )
+
+    def workflow_config(self) -> WorkflowConfig:
+        """The workflow options alone, as the workflow's constructor takes them."""
+        return WorkflowConfig(**{name: getattr(self, name) for name in WorkflowConfig.model_fields})
+
+
+class JudgeConfig(Config):
+    """An OpenAI-compatible endpoint that judges answers; the judge runs only when `base_url` is given."""
+
+    base_url: str | None = Field(None, description="judge server URL, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field("default", description="the judge's served model name")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the judge's API key")
+    timeout: float = Field(120.0, gt=0, description="seconds per judge request")
+
+    def chat_model(self):
+        """The judge's OpenAI-compatible chat model (ValueError when no endpoint is configured)."""
+        from ragteam.llm.factory import build_chat_model
+
+        if not self.base_url:
+            raise ValueError("the LLM judge needs an endpoint: pass --judge.base-url URL")
+        return build_chat_model(
+            ModelConfig(
+                backend="openai",
+                base_url=self.base_url,
+                model=self.model,
+                api_key_env=self.api_key_env,
+                timeout=self.timeout,
+            )
+        )
+
+
+def demo_data_path() -> Path | None:
+    """The bundled demo question file, if this install has it."""
+    path = Path(str(resources.files("ragteam") / "demo" / DEMO_DATA))
+    return path if path.is_file() else None
