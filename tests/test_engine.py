@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pytest
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
-from ragteam.protocol import Act, Answer, AskLLM, BudgetExceeded, Episodic, Retrieve, Workflow
+from ragteam.protocol import Act, Answer, AskLLM, BudgetExceeded, EpisodeGenerator, Retrieve, Workflow
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine, RunReport
 from ragteam.rollout.tree import Episode
@@ -90,7 +90,7 @@ class TwoActs(Workflow):
 
     name = "two-acts"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         first = yield Act("first", user(question.question), parse_plain)
         second = yield Act("second", user(first.text), parse_plain)
         return Answer(second.text, info={"first": first.node_id})
@@ -101,7 +101,7 @@ class Mixed(Workflow):
 
     name = "mixed"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         hits = yield Retrieve([question.question], k=2)
         plan = yield Act("plan", user(f"{question.question} | {hits[0][0].doc.id}"), parse_plain)
         reply = yield AskLLM("roadmap", user(plan.text))
@@ -117,7 +117,7 @@ class Forever(Workflow):
     def __init__(self, catch: bool = False) -> None:
         self.catch = catch
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         text = question.question
         try:
             while True:
@@ -138,7 +138,7 @@ class Unsteady(Workflow):
     def __init__(self) -> None:
         self.starts = 0
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         self.starts += 1
         n = self.starts
         yield Act("first", user(question.question), parse_plain)
@@ -151,7 +151,7 @@ class Raises(Workflow):
 
     name = "raises"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         out = yield Act("first", user(question.question), parse_plain)
         if "boom" in question.question:
             raise KeyError("missing field")
@@ -219,7 +219,7 @@ def test_no_branching_when_act_pins_one_sample_or_tree_is_full():
     class Pinned(Workflow):
         name = "pinned"
 
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             a = yield Act("first", user(question.question), parse_plain, branch=False)
             b = yield Act("second", user(a.text), parse_plain)
             return Answer(b.text)
@@ -269,7 +269,7 @@ def test_kinds_run_concurrently_and_retrievals_share_one_search():
     class ByQuestion(Workflow):
         name = "by-question"
 
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             if question.question.startswith("r"):
                 hits = yield Retrieve(
                     [question.question, question.question + "-2"], k=int(question.question[1])
@@ -423,7 +423,7 @@ def test_retriever_input_error_is_isolated_and_connection_error_fails_the_batch(
     class OneSearch(Workflow):
         name = "one-search"
 
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             hits = yield Retrieve([question.question], k=1)
             return Answer(hits[0][0].doc.id)
 
@@ -442,13 +442,13 @@ def test_malformed_workflows_fail_with_clear_errors():
     class NotGenerator(Workflow):
         name = "not-generator"
 
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             return Answer("x")  # type: ignore[return-value]
 
     class YieldsText(Workflow):
         name = "yields-text"
 
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             yield "search for it"  # type: ignore[misc]
             return Answer("x")
 

@@ -13,7 +13,7 @@ from conftest import TEST_DEVICE
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
 from ragteam.llm.tiny import tiny_model_dir
-from ragteam.protocol import Act, Answer, Episodic, Workflow
+from ragteam.protocol import Act, Answer, EpisodeGenerator, Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.retrieval.factory import open_retriever
@@ -87,7 +87,7 @@ class ActTwice(Workflow):
 
     name = "act-twice"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         first = yield Act(
             "draft", [{"role": "user", "content": question.question}], parse_plain, max_tokens=6
         )

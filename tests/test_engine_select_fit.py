@@ -8,7 +8,7 @@ import pytest
 from test_engine import CountingModel, TwoActs, questions
 
 from ragteam.llm.base import ChatRequest, ChatResult
-from ragteam.protocol import Answer, Episodic, Role, Workflow
+from ragteam.protocol import Answer, EpisodeGenerator, Role, Workflow
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.fit import fit_request
@@ -116,7 +116,7 @@ def test_fit_shortens_passages_once_one_document_is_left_then_the_reply():
 
 def test_fit_cuts_plain_text_when_there_are_no_documents_to_drop():
     class Plain(Workflow):
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             yield from ()
             return Answer("")
 
@@ -155,7 +155,7 @@ class SmallContext(CountingModel):
 class Reads(Workflow):
     name = "reads"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         acted = yield READER.act(question=question.question, docs=_docs(6))
         return Answer(str(len(acted.act.fields["docs"])))
 
@@ -177,7 +177,7 @@ def test_a_raising_parser_under_keep_one_of_n_fails_its_path_not_the_run():
     class Raising(Workflow):
         name = "raising"
 
-        def run(self, question: Question) -> Episodic:
+        def run(self, question: Question) -> EpisodeGenerator:
             yield Act("first", [{"role": "user", "content": question.question}], boom)
             return Answer("never")
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import TEST_DEVICE
 
 from ragteam.llm.local import LocalChatModel
-from ragteam.protocol import Answer, Episodic, Role, Workflow
+from ragteam.protocol import Answer, EpisodeGenerator, Role, Workflow
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.types import Action, Doc, Message, Question
@@ -52,7 +52,7 @@ class Reads(Workflow):
     def __init__(self, kind: str, turns: int = 0) -> None:
         self.kind, self.turns = kind, turns
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         role = READER.act if self.kind == "act" else READER.ask
         reply = yield role(question=question.question, docs=DOCS, turns=self.turns)
         return Answer(reply.text if self.kind == "act" else reply)
@@ -102,7 +102,7 @@ class ReadsTwice(Workflow):
 
     name = "reads-twice"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         yield READER.act(question=question.question, docs=DOCS)
         reply = yield READER.ask(question=question.question, docs=DOCS)
         return Answer(reply)

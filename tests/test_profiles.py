@@ -18,7 +18,7 @@ from ragteam.eval.report import truncation_section
 from ragteam.eval.run import EvalConfig
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
 from ragteam.llm.config import ModelConfig
-from ragteam.protocol import Answer, AskLLM, Episodic, Workflow
+from ragteam.protocol import Answer, AskLLM, EpisodeGenerator, Workflow
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
@@ -179,7 +179,7 @@ def test_a_prompt_cap_drops_documents_without_shortening_the_reply():
 class Reads(Workflow):
     name = "reads"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         acted = yield READER.act(question=question.question, docs=_docs(6))
         return Answer(str(len(acted.act.fields["docs"])))
 

@@ -14,7 +14,7 @@ assignment and trainers can enumerate a workflow's roles and rebuild a role's pr
     FILTER = Role("filter", render=filter_messages, parse=parse_filter, stop=STOP, docs="docs")
     ANSWER = Role("answer", render=answer_messages, docs="docs")                 # no parser: an LLM call
 
-    def run(self, q: Question) -> Episodic:
+    def run(self, q: Question) -> EpisodeGenerator:
         hits = yield Retrieve([q.question], k=5)
         docs = [h.doc for h in hits[0]]
         acted = yield FILTER.act(question=q.question, docs=docs)                  # -> Acted
@@ -58,7 +58,7 @@ __all__ = [
     "AskLLM",
     "BudgetExceeded",
     "Constraint",
-    "Episodic",
+    "EpisodeGenerator",
     "Request",
     "ResultOf",
     "Retrieve",
@@ -245,7 +245,9 @@ class Answer:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-Episodic = Generator[Request, Any, Answer]
+EpisodeGenerator = Generator[Request, Any, Answer]
+"""What a workflow's `run(question)` returns: a generator that plays one episode, yielding requests, receiving
+their results and returning the `Answer`."""
 
 
 class BudgetExceeded(Exception):
@@ -276,7 +278,7 @@ class Workflow(ABC):
         return frozenset({"policy", "llm", "retriever"} if self.roles else {"llm", "retriever"})
 
     @abstractmethod
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         """Yield requests, receive their results, return the `Answer`. Must be deterministic given results."""
 
 

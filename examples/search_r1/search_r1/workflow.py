@@ -24,7 +24,7 @@ from ragteam import (
     Answer,
     BudgetExceeded,
     Doc,
-    Episodic,
+    EpisodeGenerator,
     Question,
     Retrieve,
     Role,
@@ -68,7 +68,7 @@ class SearchR1(Workflow):
             max_turns = self.cfg.max_steps if "max_steps" in self.cfg.model_fields_set else MAX_TURNS
         self.max_turns = max_turns
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         replies: list[str] = []
         seen: list[tuple[str, list[Doc]]] = []  # per earlier turn: (query, hits); ("", []) when invalid
         info: dict[str, Any] = {"turns": 0, "searches": 0, "queries": [], "invalid": 0}

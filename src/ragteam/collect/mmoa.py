@@ -38,7 +38,7 @@ from typing import Any
 from ragteam.collect.rows import SFTRow, dedupe
 from ragteam.collect.stopwords import STOP_WORDS
 from ragteam.metrics.answer import cover_em, fold_accents
-from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Workflow
+from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve, Workflow
 from ragteam.rollout.tree import Episode, Node
 from ragteam.types import Doc, Question, doc_id
 from ragteam.workflows.answers import format_options
@@ -132,7 +132,7 @@ class MMOALabeling(Workflow):
     def needs(self) -> frozenset[str]:
         return frozenset({"policy", "retriever"} if self.cfg.variant in WITH_REWRITER else {"retriever"})
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         q, k = question.question, self.cfg.candidates
         ranked = yield Retrieve([q], k=k)
         base = merge_candidates(ranked[:1], k)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragteam.protocol import Act, AskLLM, BudgetExceeded, Episodic, Request, Retrieve, Workflow
+from ragteam.protocol import Act, AskLLM, BudgetExceeded, EpisodeGenerator, Request, Retrieve, Workflow
 from ragteam.types import Question
 
 
@@ -64,14 +64,14 @@ def fresh(result: Any) -> Any:
     return result
 
 
-def send(gen: Episodic, result: Any) -> Request:
+def send(gen: EpisodeGenerator, result: Any) -> Request:
     """Resume `gen` with a result, or throw BudgetExceeded into it for a `Thrown` step."""
     if isinstance(result, Thrown):
         return gen.throw(BudgetExceeded(result.reason))
     return gen.send(fresh(result))
 
 
-def replay(workflow: Workflow, question: Question, history: list[Step], at: Request) -> Episodic:
+def replay(workflow: Workflow, question: Question, history: list[Step], at: Request) -> EpisodeGenerator:
     """Re-run `workflow` on `question` through the recorded `history` up to the point where it yields `at`.
 
     Returns the generator suspended at that yield. Raises ReplayMismatch when the workflow asks for anything

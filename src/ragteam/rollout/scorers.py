@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragteam.llm.base import ChatModel, ChatRequest, ModelError, Sampling
-from ragteam.protocol import Act, Acted, Answer, Episodic, Workflow
+from ragteam.protocol import Act, Acted, Answer, EpisodeGenerator, Workflow
 from ragteam.rollout.replay import Step, replay, send
 from ragteam.types import Question
 
@@ -358,7 +358,7 @@ class _Continue(Workflow):
         self.starts = starts
         self.name = "rollout-scorer"
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         workflow, history, act, acted = self.starts[question.id]
         gen = replay(workflow, question, history, act)
         try:

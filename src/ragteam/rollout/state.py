@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragteam.depth import ACTS, DepthRule
-from ragteam.protocol import Episodic, Request
+from ragteam.protocol import EpisodeGenerator, Request
 from ragteam.rollout.replay import Step
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
@@ -31,7 +31,7 @@ class RunReport:
 class Path:
     """One live root-to-leaf path: its generator, where its next node hangs, and what it has used."""
 
-    gen: Episodic | None
+    gen: EpisodeGenerator | None
     parent: int | None = None
     depth: int = 0  # depth t of the path's last node, by the workflow's DepthRule (depth.py)
     tokens: int = 0  # generated tokens so far (policy and LLM)

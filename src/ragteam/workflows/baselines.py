@@ -8,7 +8,7 @@ lists its options and is answered with an option letter.
 
 from __future__ import annotations
 
-from ragteam.protocol import Answer, AskLLM, Episodic, Retrieve, Workflow
+from ragteam.protocol import Answer, AskLLM, EpisodeGenerator, Retrieve, Workflow
 from ragteam.types import Hit, Message, Question
 from ragteam.workflows.answers import extract_answer, format_options
 from ragteam.workflows.config import WorkflowConfig
@@ -51,7 +51,7 @@ class Direct(Workflow):
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         prompt = DIRECT_PROMPT.format(question=question.question, options=format_options(question))
         text = yield AskLLM("answer", _messages(prompt))
         return Answer(extract_answer(text, question.choices))
@@ -65,7 +65,7 @@ class StandardRAG(Workflow):
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         ranked = yield Retrieve([question.question], k=self.cfg.topk)
         hits = ranked[0] if ranked else []
         prompt = RAG_PROMPT.format(

@@ -37,7 +37,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ragteam.depth import C3PO as C3PO_DEPTH
-from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.answers import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
@@ -129,7 +129,7 @@ class C3PO(Workflow):
             return frozenset({"llm"})
         return frozenset({"policy", "llm", "retriever"})
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         q = question.question
         acts: list[Action] = []  # the actions of this path's policy acts, for Answer.info
         strategy = self.cfg.strategy

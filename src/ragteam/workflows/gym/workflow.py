@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragteam.protocol import Answer, BudgetExceeded, Episodic, Retrieve, Role, Workflow
+from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Doc, Message, Question
 from ragteam.workflows.answers import extract_answer
 from ragteam.workflows.config import WorkflowConfig
@@ -89,7 +89,7 @@ class GymAgent(Workflow):
             {"policy", "llm", "retriever"} if self.agent in SUMMARIZING else {"policy", "retriever"}
         )
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         q = question.question
         shown_question = prompts.question_block(q, question.choices)
         agent = self.agent

@@ -34,7 +34,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from ragteam.llm.constraint import choice_regex
-from ragteam.protocol import Answer, BudgetExceeded, Constraint, Episodic, Retrieve, Role, Workflow
+from ragteam.protocol import Answer, BudgetExceeded, Constraint, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.answers import format_options
 from ragteam.workflows.config import WorkflowConfig
@@ -146,7 +146,7 @@ class MMOA(Workflow):
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
 
-    def run(self, question: Question) -> Episodic:
+    def run(self, question: Question) -> EpisodeGenerator:
         q = question.question
         k = self.cfg.candidates
         variant = self.cfg.variant
