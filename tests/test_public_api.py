@@ -5,6 +5,7 @@ one line naming it."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -175,6 +176,22 @@ def test_entry_point_builds_by_name_and_is_listed(team_dir):
     wf = ragteam.build_workflow("my-team", ragteam.WorkflowConfig(topk=4))
     assert type(wf).__name__ == "Team" and wf.cfg.topk == 4
     assert "myteams.team" in sys.modules  # imported only when built
+
+
+def test_entry_point_shows_in_help(team_dir):
+    _dist_info(team_dir, {"my-team": "myteams.team:Team"})
+    for command in (["eval"], ["ask"], ["collect"], ["train", "ppo"], ["serve", "team"], ["demo"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "ragteam.cli.main", *command, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(team_dir), os.environ.get("PYTHONPATH", "")]),
+            },
+        ).stdout
+        assert "my-team" in " ".join(out.split()), command
 
 
 def test_entry_point_that_fails_names_it(team_dir):

@@ -21,6 +21,7 @@ from ragteam.llm.critic import CriticConfig
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.registry import workflow_help
 
 DEMO_DATA = "hotpotqa-dev-50.jsonl"
 """The bundled demo questions (ragteam/demo/), whose pooled paragraphs are `ask`'s default corpus."""
@@ -29,11 +30,7 @@ DEMO_DATA = "hotpotqa-dev-50.jsonl"
 class TeamConfig(WorkflowConfig):
     """A workflow with its options, the policy, the LLM server, the retriever and the rollout settings."""
 
-    workflow: str = Field(
-        "c3po",
-        description="workflow: direct, standard-rag, c3po, mmoa, gym:direct, gym:cot, gym:rag, gym:react, "
-        "gym:search-o1, gym:re2search",
-    )
+    workflow: str = Field("c3po", description=workflow_help())
     policy: ModelConfig = Field(
         default_factory=ModelConfig, description="the trainable policy that plays the workflow's roles"
     )

@@ -89,9 +89,10 @@ def workflow_names() -> list[str]:
     return [*WORKFLOWS, *sorted(_entry_points())]
 
 
-def workflow_help() -> str:
-    """The `--workflow` option's description, listing the names this install knows."""
-    return f"workflow: {', '.join(workflow_names())}, or package.module:ClassName (a Workflow of your own)"
+def workflow_help(what: str = "workflow") -> str:
+    """A `--workflow` option's description: `what`, then the names this install knows (registered and
+    installed), so `--help` lists a package's teams as soon as it is installed."""
+    return f"{what}: {', '.join(workflow_names())}, or package.module:ClassName (a Workflow of your own)"
 
 
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
