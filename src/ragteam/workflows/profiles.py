@@ -76,20 +76,22 @@ DEFAULT_PROFILE = "small"
 # ---------------------------------------------------------------------------------------------- lookup
 
 
-def family(workflow: str) -> str:
-    """The profile table a workflow reads: c3po, mmoa, gym (any `gym:*`) or baseline."""
+def family(workflow: str) -> str | None:
+    """The profile table a workflow reads: c3po, mmoa, gym (any `gym:*`) or baseline (`direct`,
+    `standard-rag`); None for a team from outside the package (its own defaults hold under every profile)."""
     if workflow.startswith("gym:"):
         return "gym"
     if workflow in ("c3po", "mmoa"):
         return workflow
-    return "baseline"
+    return "baseline" if workflow in ("direct", "standard-rag") else None
 
 
 def settings(profile: str, workflow: str) -> tuple[Setting, ...]:
     """The settings `profile` declares for `workflow`; ValueError naming the profiles when unknown."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
-    return PROFILES[profile].get(family(workflow), ())
+    fam = family(workflow)
+    return PROFILES[profile].get(fam, ()) if fam is not None else ()
 
 
 def values(profile: str, workflow: str, keys: Iterable[str] | None = None) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""Each paper's settings are stated once, in its workflow's package, and everything else reads them: the
+profiles, the recipes (`paper:`), the rollout's `forks: c3po` and the C-3PO parser; learning-rate defaults
+stand in one table."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragteam.config import ConfigError
+from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.train import ppo_config
+from ragteam.train.common import DEFAULT_LR, TrainConfig
+from ragteam.types import Action
+from ragteam.workflows import profiles
+from ragteam.workflows.c3po import settings as c3po
+from ragteam.workflows.c3po.parsers import parse_router, write_router
+from ragteam.workflows.gym import settings as gym
+from ragteam.workflows.mmoa import settings as mmoa
+
+
+def test_profiles_are_the_packages_rows():
+    for fam, package in (("c3po", c3po), ("mmoa", mmoa), ("gym", gym)):
+        assert profiles.SMALL[fam] is package.SMALL and profiles.PAPER[fam] is package.PAPER
+    paper = profiles.values("paper", "c3po")
+    assert (paper["topk"], paper["max_rounds"], paper["rollout"]["max_depth"]) == (10, 13, 13)
+    assert paper["topk"] == c3po.TOPK and paper["rollout"]["max_depth"] == c3po.MAX_DEPTH
+    assert profiles.values("paper", "standard-rag")["topk"] == c3po.TOPK  # the baselines follow C-3PO's
+
+
+def test_a_team_from_outside_keeps_its_own_defaults_under_every_profile():
+    assert profiles.family("my_pkg.team:Team") is None and profiles.family("search-r1") is None
+    assert profiles.values("paper", "my_pkg.team:Team") == {}
+    assert profiles.family("direct") == "baseline" and profiles.family("gym:react") == "gym"
+
+
+def test_the_c3po_tree_is_the_packages():
+    assert C3PO_TREE is c3po.TREE
+    assert RolloutConfig(forks="c3po").forks == RolloutConfig(forks=c3po.TREE["forks"]).forks
+    forced = [f.text for f in RolloutConfig(forks="c3po").forks[0].forced]
+    assert forced == list(c3po.ROUTER_TAGS.values()) == ["[No Retrieval]", "[Retrieval]", "[Planning]"]
+    assert C3PO_TREE["max_depth"] == c3po.MAX_DEPTH == 13
+
+
+def test_the_router_writes_and_reads_the_stated_tags():
+    for kind, tag in c3po.ROUTER_TAGS.items():
+        action = Action(kind, "who wrote hamlet" if kind == "retrieval" else None)
+        written = write_router(action)
+        assert written.startswith(tag)
+        assert parse_router(written, question="q").kind == kind
+
+
+def test_recipes_take_the_papers_values_from_the_package():
+    c3 = ppo_config.recipe_values("c3po")
+    assert (c3["topk"], c3["max_rounds"], c3["rollout"]["max_depth"]) == (c3po.TOPK, 13, c3po.MAX_DEPTH)
+    assert c3["rollout"]["forks"] == "c3po" and "paper" not in c3
+    assert ppo_config.recipe_values("c3po-no-tree")["topk"] == c3po.TOPK  # through its base
+    assert ppo_config.recipe_values("mmoa")["selector_constrained"] is True
+    assert ppo_config.recipe_values("gym")["max_steps"] == 10
+
+
+def test_a_recipe_naming_a_value_the_paper_does_not_state_is_an_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workflow: c3po\npaper: [topk, no_such_setting]\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: paper: .*no_such_setting.*'c3po'"):
+        ppo_config.recipe_values(str(bad))
+    bad.write_text("paper: [topk]\n")
+    with pytest.raises(ConfigError, match="names no workflow"):
+        ppo_config.recipe_values(str(bad))
+    bad.write_text("workflow: c3po\npaper: topk\n")
+    with pytest.raises(ConfigError, match="a list of setting names"):
+        ppo_config.recipe_values(str(bad))
+
+
+def test_learning_rate_defaults_stand_in_one_table():
+    from ragteam.train.common import resolved_lr
+
+    help_text = TrainConfig.model_fields["lr"].description
+    assert "sft 2e-5 (LoRA 2e-4), dpo 1e-6 (LoRA 1e-5), critic 1e-5 (LoRA 1e-4)" in help_text
+    for trainer, rates in DEFAULT_LR.items():
+        assert resolved_lr(TrainConfig(data="d", out="o"), trainer) == rates["full"]
+        assert resolved_lr(TrainConfig(data="d", out="o", lora=True), trainer) == rates["lora"]
+    assert resolved_lr(TrainConfig(data="d", out="o", lr=3e-3), "sft") == 3e-3
