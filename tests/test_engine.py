@@ -15,7 +15,7 @@ import pytest
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.protocol import Act, Answer, AskLLM, BudgetExceeded, EpisodeGenerator, Retrieve, Workflow
 from ragteam.rollout.config import RolloutConfig
-from ragteam.rollout.engine import Engine, RunReport
+from ragteam.rollout.engine import Engine, RolloutReport
 from ragteam.rollout.tree import Episode
 from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.baselines import Direct, StandardRAG, extract_answer
@@ -479,7 +479,7 @@ def test_reward_is_recorded_on_leaves():
         {"em": 0.0, "len": 5.0},
         {"em": 0.0, "len": 5.0},
     ]
-    assert isinstance(report, RunReport) and report.seconds > 0
+    assert isinstance(report, RolloutReport) and report.seconds > 0
 
 
 # ---------------------------------------------------------------------- baselines and pickling

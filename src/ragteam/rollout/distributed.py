@@ -13,8 +13,8 @@ episode back as it ends (so `on_episode` can write a resumable trace, as in one 
 the episodes in question order.
 
 Why the result equals one process's: every sampled request's seed derives from the run seed, the question id
-and the request's place in the tree (`calls.derive_seed`), never from the batch or the process, and a
-seeded request samples the same tokens whatever else shares its batch (`llm/local.py`, "Seeds"). Log-probs
+and the request's place in the tree (`plan.derive_seed`), never from the batch or the process, and a
+seeded request samples the same tokens whatever else shares its batch (`llm/decoder.py`, "Seeds"). Log-probs
 agree up to float round-off between batch shapes (1e-6), which could in principle flip a token sampled at a
 probability boundary; `tests/test_ray_rollout.py` checks that trees, tokens and answers are identical.
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.groups import members
-from ragteam.rollout.state import RunReport
+from ragteam.rollout.state import RolloutReport
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
 
@@ -234,7 +234,7 @@ class RayEngine:
         on_episode: Callable[[Episode], None] | None = None,
         progress: bool = False,
         config: RolloutConfig | None = None,
-    ) -> RunReport:
+    ) -> RolloutReport:
         """Run `workflow` on every question over the actors; the episodes come back in question order.
         `config`: this run's settings, else the engine's."""
         from tqdm.auto import tqdm
@@ -269,7 +269,7 @@ class RayEngine:
         for s in summaries:
             failures.update(s["failures"])
             self.calls.update(s["calls"])  # each actor's engine counts over all its runs, as one Engine does
-        return RunReport(
+        return RolloutReport(
             episodes=[done[i] for i in range(len(indexed))],
             failed=sum(s["failed"] for s in summaries),
             failures=dict(failures),

@@ -1,7 +1,7 @@
 """Groups: K independent episodes of one question (`--rollout.group-size K`), what group baselines compare.
 
 Each member is a copy of the question under its own id (`<id>#<k>`), so that its episode, its sampling seeds
-(derived from the episode's question id, `calls.derive_seed`) and its place in a report are its own; the
+(derived from the episode's question id, `plan.derive_seed`) and its place in a report are its own; the
 shared id stays in `metadata["group"]`, where the trainer reads which samples share a question.
 """
 

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from ragteam.llm.base import ChatModel, ChatRequest, ModelError, Sampling
 from ragteam.protocol import Act, Acted, Answer, EpisodeGenerator, Workflow
 from ragteam.rollout.replay import Step, replay, send
-from ragteam.types import Question
+from ragteam.types import Action, Question
 
 
 @dataclass
@@ -414,3 +414,44 @@ def _renamed(question: Question, qid: str) -> Question:
 def argmax(scores: list[float]) -> int:
     """The index of the best score (the first among ties)."""
     return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
+def score_candidates(
+    scorer: Scorer, workflow: Workflow, pairs: list[tuple[Any, Any]], reward: Any, counts: Counter
+) -> dict[int, list[float]]:
+    """The scores of every keep-one-of-N act's candidates of one engine tick, by id(branch), in one scorer
+    call. `pairs` are (plan, completions) as the engine planned and sampled them (`plan.Plan`); a failed
+    scorer keeps the first candidate of each set, and says so on the episode (`scorer_errors`)."""
+    ok = [(p, r) for p, r in pairs if isinstance(r, list) and r]
+    if not ok:
+        return {}
+    batch = [
+        Candidates(
+            question=p.live.question,
+            act=p.request,
+            texts=[c.text for c in r],
+            acted=[Acted(c.text, parse_or_invalid(p.request, c.text), -1, p.request) for c in r],
+            history=list(p.branch.history),
+            workflow=workflow,
+            reward=reward,
+        )
+        for p, r in ok
+    ]
+    counts["select_sets"] += len(batch)
+    try:
+        scores = scorer.scores(batch)
+    except Exception as e:
+        counts["select_errors"] += 1
+        scores = [[0.0] * len(c.texts) for c in batch]
+        for p, _ in ok:
+            p.live.episode.meta.setdefault("scorer_errors", []).append(f"{type(e).__name__}: {e}")
+    return {id(p.branch): s for (p, _), s in zip(ok, scores)}
+
+
+def parse_or_invalid(act: Act, text: str) -> Action:
+    """The act's parse of `text` for a scorer; a raising parser gives an invalid action here (the branch
+    fails with the parser's traceback when the engine applies the result)."""
+    try:
+        return act.parse(text)
+    except Exception as e:
+        return Action("invalid", valid=False, error=f"parser raised {type(e).__name__}: {e}")

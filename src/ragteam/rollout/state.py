@@ -1,9 +1,9 @@
-"""What the engine keeps about episodes in flight: live paths, runs, and the report it returns."""
+"""What the engine keeps about episodes in flight: each live episode, its live branches (root-to-leaf paths
+still running), and the report it returns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ragteam.depth import ACTS, DepthRule
 from ragteam.protocol import EpisodeGenerator, Request
@@ -13,7 +13,7 @@ from ragteam.types import Question
 
 
 @dataclass
-class RunReport:
+class RolloutReport:
     """What `Engine.run` returns: the episodes in question order, and how many failed and why.
 
     An episode fails only when none of its paths reached an answer; `failed_paths` counts the paths that
@@ -28,7 +28,7 @@ class RunReport:
 
 
 @dataclass(eq=False)
-class Path:
+class Branch:
     """One live root-to-leaf path: its generator, where its next node hangs, and what it has used."""
 
     gen: EpisodeGenerator | None
@@ -48,15 +48,15 @@ class Path:
 
 
 @dataclass(eq=False)
-class Run:
+class LiveEpisode:
     """One episode in flight."""
 
     index: int
     question: Question
     episode: Episode
     started: float
-    paths: list[Path] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)  # why paths failed, in order
+    branches: list[Branch] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why branches failed, in order
     depth_rule: DepthRule = ACTS  # how the workflow counts depth (forks, the depth limit, node.depth)
 
     def finish(self, seconds: float) -> str | None:
@@ -73,16 +73,3 @@ class Run:
         self.episode.status = "partial"
         self.episode.meta["failed_paths"] = len(failed)
         return None
-
-
-@dataclass
-class Plan:
-    """How one pending act is sent this tick: the (fitted) request, its chat requests, and what to do
-    with the samples (`fork`: every sample is a child; `select`: keep one of them)."""
-
-    run: Run
-    path: Path
-    request: Any
-    chat: list[Any]  # ChatRequests whose completions are concatenated
-    mode: str = "fork"
-    fit: dict[str, Any] | None = None

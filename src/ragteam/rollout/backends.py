@@ -7,7 +7,8 @@ exception) per request, so the engine can fail the paths concerned and go on wit
 
 from __future__ import annotations
 
-import zlib
+from collections import Counter
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -21,11 +22,36 @@ from ragteam.types import Hit
 INPUT_ERRORS = (ValueError, TypeError, KeyError, IndexError)
 
 
-def derive_seed(base: int | None, question_id: str, parent: int | None, kind: str) -> int | None:
-    """A request's seed from the run seed, its question and its place in the tree (not from the batch)."""
-    if base is None:
-        return None
-    return zlib.crc32(f"{base}|{question_id}|{parent}|{kind}".encode()) & 0x7FFFFFFF
+def batch_job(
+    name: str, backend: Any, plans: list[Any], counts: Counter
+) -> Callable[[], tuple[list[Any], float]]:
+    """A no-argument call serving every plan (`plan.Plan`) of one kind in one batch: `name` is policy, llm
+    or retriever, `backend` the model or retriever. Returns (one result per plan, seconds) when called; the
+    batch is counted in `counts` (the engine's `calls`) now, in the engine's thread."""
+    if name == "retriever":
+        reqs = [p.request for p in plans]
+        n_queries = sum(len(r.queries) for r in reqs)
+        if n_queries:
+            counts["retrieve_batches"] += 1
+            counts["retrieve_queries"] += n_queries
+        return lambda: search(backend, reqs)
+    flat = [req for p in plans for req in p.chat]
+    counts[f"{name}_batches"] += 1
+    counts[f"{name}_requests"] += len(flat)
+    if name == "policy":
+        counts["policy_samples"] += sum(req.sampling.n for req in flat)
+
+    def job() -> tuple[list[Any], float]:
+        out, seconds = chat(backend, flat)
+        per_plan, start = [], 0
+        for p in plans:  # regroup: a plan's completions in order, or its first error
+            mine = out[start : start + len(p.chat)]
+            start += len(p.chat)
+            error = next((r for r in mine if isinstance(r, ModelError)), None)
+            per_plan.append(error if error is not None else [c for r in mine for c in r])
+        return per_plan, seconds
+
+    return job
 
 
 def elapsed(t0: float) -> float:
