@@ -411,7 +411,7 @@ def phase_minilm(work: Path, a: argparse.Namespace) -> dict:
     """Real all-MiniLM-L6-v2 at one thread on real passages (the Wikipedia sample when given): its rate."""
     import torch
 
-    from ragteam.retrieval.dense import Encoder
+    from ragteam.retrieval.encoder import Encoder
 
     torch.set_num_threads(1)
     source = Path(a.minilm_corpus) if a.minilm_corpus else work / "corpus.jsonl"
@@ -443,7 +443,8 @@ def phase_real_ann(work: Path, a: argparse.Namespace) -> dict:
     from ragteam.data.questions import read_questions
     from ragteam.retrieval import ann
     from ragteam.retrieval.build_config import DenseBuild
-    from ragteam.retrieval.dense import Encoder, exact_search, open_embeddings
+    from ragteam.retrieval.dense import exact_search, open_embeddings
+    from ragteam.retrieval.encoder import Encoder
 
     _threads_one()
     torch.set_num_threads(1)

@@ -265,7 +265,8 @@ def _dense_folder(folder: Path, embed_sample: int) -> dict:
     """Index folder `ours` gains a dense part: real MiniLM timed on a sample, random unit vectors stored."""
     from numpy.lib.format import open_memmap
 
-    from ragteam.retrieval.dense import EMBEDDINGS_FILE, META_FILE, SUBDIR, Encoder
+    from ragteam.retrieval.dense import EMBEDDINGS_FILE, META_FILE, SUBDIR
+    from ragteam.retrieval.encoder import Encoder
     from ragteam.retrieval.index import _write_manifest, open_index
 
     folder_ours = folder / "ours"

@@ -14,14 +14,8 @@ import torch
 
 from ragteam.retrieval.build_config import DenseBuild
 from ragteam.retrieval.config import RetrieverConfig
-from ragteam.retrieval.dense import (
-    BGE_QUERY_INSTRUCTION,
-    DenseRetriever,
-    Encoder,
-    folder_settings,
-    open_embeddings,
-    resolve_settings,
-)
+from ragteam.retrieval.dense import DenseRetriever, open_embeddings
+from ragteam.retrieval.encoder import BGE_QUERY_INSTRUCTION, Encoder, folder_settings, resolve_settings
 from ragteam.retrieval.factory import dense_build, encoder_key, query_encoder, retriever_from_index
 from ragteam.retrieval.index import build_index, open_index
 from ragteam.types import Doc

@@ -16,8 +16,9 @@ from ragteam.retrieval import fusion
 from ragteam.retrieval.base import Retriever
 from ragteam.retrieval.bm25 import BM25Retriever
 from ragteam.retrieval.config import RetrieverConfig
-from ragteam.retrieval.dense import DenseRetriever, exact_search, minilm_dir, top_k
+from ragteam.retrieval.dense import DenseRetriever, exact_search, top_k
 from ragteam.retrieval.docstore import DocStore, write_docstore
+from ragteam.retrieval.encoder import minilm_dir
 from ragteam.retrieval.evaluate import evaluate_retriever, support_recall
 from ragteam.retrieval.factory import dataset_index, open_retriever, retriever_from_index
 from ragteam.retrieval.hybrid import HybridRetriever

@@ -13,7 +13,7 @@ from conftest import TEST_DEVICE
 
 from ragteam.assemble.build import build_team
 from ragteam.cli.serve_team import Config
-from ragteam.retrieval import dense
+from ragteam.retrieval import encoder
 from ragteam.serve.team import make_app, warm_up
 from ragteam.serve.testing import BackgroundServer, ServerProcess
 
@@ -39,12 +39,12 @@ def _ask(url: str, question: str) -> httpx.Response:
 
 
 def _encoder_loads() -> int:
-    return dense._load_model.cache_info().misses + dense._load_transformer.cache_info().misses
+    return encoder._load_model.cache_info().misses + encoder._load_transformer.cache_info().misses
 
 
 def test_health_is_ready_and_the_first_question_loads_nothing(hotpot_small):
-    dense._load_model.cache_clear()  # the query encoder of a hybrid retriever loads on its first search
-    dense._load_transformer.cache_clear()
+    encoder._load_model.cache_clear()  # the query encoder of a hybrid retriever loads on its first search
+    encoder._load_transformer.cache_clear()
     parts = build_team(_config(hotpot_small, "hybrid"), data=str(hotpot_small))
     lines: list[str] = []
     startup = warm_up(parts.engine, say=lines.append)
@@ -64,16 +64,7 @@ def test_health_is_ready_and_the_first_question_loads_nothing(hotpot_small):
 def test_serve_team_announces_progress_before_the_port_and_reports_ready(hotpot_small):
     args = ["team", "--workflow", "standard-rag", "--data", str(hotpot_small), "--retriever.kind", "bm25"]
     args += ["--topk", "2", "--rollout.llm-max-tokens", "8", "--max-batch-tokens", "4096"]
-    args += [
-        "--policy.model",
-        "tiny",
-        "--llm.model",
-        "tiny",
-        "--llm.device",
-        TEST_DEVICE,
-        "--llm.threads",
-        "1",
-    ]
+    args += [*"--policy.model tiny --llm.model tiny --llm.threads 1 --llm.device".split(), TEST_DEVICE]
     with ServerProcess(args, timeout=120) as srv:
         said = "\n".join(srv.lines)
         order = [

@@ -110,6 +110,10 @@ class ModelError:
 
 ChatResult = list[Completion] | ModelError
 
+TOO_LARGE = "does not fit in memory"
+"""In the message of a `ModelError` with `too_large`: whoever reads the error as text (an episode's error in
+`serve team`) tells it from other failures by this phrase."""
+
 
 @runtime_checkable
 class ChatModel(Protocol):

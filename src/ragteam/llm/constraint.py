@@ -5,7 +5,7 @@ MMOA-RAG restricts its Selector's output to a handful of words (eq. 5: `Document
 can enforce it the way it can:
 
 - `texts`: the allowed texts. Their tokenizations make a **token whitelist**: the in-process backend
-  (`ragteam.llm.local`) masks every other token's logit at every decoding step (end-of-turn is always
+  (`ragteam.llm.decoder`) masks every other token's logit at every decoding step (end-of-turn is always
   allowed), records the masked log-probs, and the PPO trainer scores the act under the same mask.
 - `regex`: the regular expression the reply should match, e.g. `Document[0-4](,Document[0-4])*`, which
   vLLM (`structured_outputs.regex`, formerly `guided_regex`) and SGLang (`regex`) enforce as a grammar

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from ragteam.llm.base import ModelError, Sampling
+from ragteam.llm.base import TOO_LARGE, ModelError, Sampling
 from ragteam.llm.constraint import Constraint
 from ragteam.llm.sampling import (
     find_stop,
@@ -98,11 +98,6 @@ class Row:
         self.logprobs, self.finish, self.text = [], None, None
         if self.generator is not None:
             self.generator.manual_seed(sample_seed(self.sampling.seed, self.sample))
-
-
-TOO_LARGE = "does not fit in memory"
-"""Begins the message of a request that ran out of memory alone: whoever reads it as text (an episode's error
-in `serve team`) tells it from other failures by this phrase."""
 
 
 def is_out_of_memory(e: BaseException) -> bool:

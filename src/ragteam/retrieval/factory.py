@@ -69,7 +69,7 @@ def query_encoder(folder: IndexFolder, cfg: RetrieverConfig):
     """The encoder of `folder`'s queries: `--retriever.dense-model` or the folder its manifest records (MiniLM
     for an index built with the default), with the pooling, normalisation and query prefix the settings give,
     else the ones recorded (a plain transformers folder declares none itself)."""
-    from ragteam.retrieval.dense import MODEL_NAME, POOLINGS, Encoder
+    from ragteam.retrieval.encoder import MODEL_NAME, POOLINGS, Encoder
 
     dense = folder.manifest.get("dense") or {}
     model = cfg.dense_model
@@ -112,7 +112,7 @@ def encoder_key(dense: DenseBuild | None, kinds: Sequence[str]) -> str:
     index without dense kind), else `-enc<hash of the encoder settings>`."""
     if dense is None or "dense" not in kinds:
         return ""
-    from ragteam.retrieval.dense import model_name
+    from ragteam.retrieval.encoder import model_name
 
     spec = {
         "model": model_name(dense.model) if dense.model else None,

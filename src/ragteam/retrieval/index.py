@@ -210,7 +210,8 @@ def build_index(
                 )
                 manifest["bm25"] = {"library": "tantivy", "analyzer": ANALYZER_SPEC, "k1": 1.2, "b": 0.75}
             elif kind == "dense" and kind not in manifest["kinds"]:
-                from ragteam.retrieval.dense import build_dense, build_encoder, encoder_settings
+                from ragteam.retrieval.dense import build_dense
+                from ragteam.retrieval.encoder import build_encoder, encoder_settings
 
                 enc = encoder or build_encoder(dense_cfg, batch_size)
                 done = build_dense(out, store, enc, progress, dense_cfg, manifest["corpus_sha1"])

@@ -60,8 +60,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from ragteam.llm.base import ChatRequest, ModelError, Sampling
-from ragteam.llm.decoder import TOO_LARGE
+from ragteam.llm.base import TOO_LARGE, ChatRequest, ModelError, Sampling
 from ragteam.protocol import Workflow
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
