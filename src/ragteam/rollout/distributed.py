@@ -13,7 +13,7 @@ episode back as it ends (so `on_episode` can write a resumable trace, as in one 
 the episodes in question order.
 
 Why the result equals one process's: every sampled request's seed derives from the run seed, the question id
-and the request's place in the tree (`calls.derive_seed`), never from the batch or the process, and a
+and the request's place in the tree (`plan.derive_seed`), never from the batch or the process, and a
 seeded request samples the same tokens whatever else shares its batch (`llm/decoder.py`, "Seeds"). Log-probs
 agree up to float round-off between batch shapes (1e-6), which could in principle flip a token sampled at a
 probability boundary; `tests/test_ray_rollout.py` checks that trees, tokens and answers are identical.
@@ -35,7 +35,7 @@ from typing import Any
 
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.groups import members
-from ragteam.rollout.state import RunReport
+from ragteam.rollout.state import RolloutReport
 from ragteam.rollout.tree import Episode
 from ragteam.types import Question
 
@@ -65,7 +65,7 @@ def shares(n: int, parts: int) -> list[range]:
 
 def _shape(built: Any) -> str:
     """What a builder returned: `pair` (workflow, engine), `parts` (an object holding `.workflow` and
-    `.engine`, eval's `RunParts`) or `engine`."""
+    `.engine`, `assemble.build.Team`) or `engine`."""
     if isinstance(built, tuple) and len(built) == 2:
         return "pair"
     return "parts" if hasattr(built, "engine") else "engine"
@@ -170,7 +170,7 @@ class RayEngine:
     """An `Engine` look-alike whose runs are spread over `workers` Ray actors (see the module docstring).
 
     `build` is a picklable no-argument function returning an `Engine`, a (workflow, engine) pair or an
-    object holding `.workflow` and `.engine` (eval's `RunParts`); each actor calls it once. `address`
+    object holding `.workflow` and `.engine` (`assemble.build.Team`); each actor calls it once. `address`
     connects to a running cluster (`auto`, `ray://host:10001`); None starts a local Ray sized for the
     actors when none is running in this process. `cpus` and `gpus` are each actor's Ray resources; `threads`
     its torch threads (default: `cpus`).
@@ -234,7 +234,7 @@ class RayEngine:
         on_episode: Callable[[Episode], None] | None = None,
         progress: bool = False,
         config: RolloutConfig | None = None,
-    ) -> RunReport:
+    ) -> RolloutReport:
         """Run `workflow` on every question over the actors; the episodes come back in question order.
         `config`: this run's settings, else the engine's."""
         from tqdm.auto import tqdm
@@ -269,7 +269,7 @@ class RayEngine:
         for s in summaries:
             failures.update(s["failures"])
             self.calls.update(s["calls"])  # each actor's engine counts over all its runs, as one Engine does
-        return RunReport(
+        return RolloutReport(
             episodes=[done[i] for i in range(len(indexed))],
             failed=sum(s["failed"] for s in summaries),
             failures=dict(failures),
@@ -302,7 +302,7 @@ class RayEngine:
 
 @dataclass
 class RayParts:
-    """What `spread` returns for a builder of eval's `RunParts`: the same fields, the models in the actors."""
+    """What `spread` returns for a builder of `assemble.build.Team`: the same fields, the models in the actors."""
 
     workflow: Any
     engine: RayEngine
