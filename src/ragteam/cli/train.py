@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ragteam.train.common import TrainConfig
 
@@ -35,6 +36,13 @@ def check_train_out(kind: str, cfg: TrainConfig) -> None:
 
     if os.environ.get("RANK", "0") == "0":
         check_out_dir(cfg.out, f"train {kind}", bool(getattr(cfg, "overwrite", False)), own=TRAIN_OWN)
+
+
+def trained(kind: str, cfg: TrainConfig, train: Callable[[TrainConfig, Any], Path], options: Any) -> Path:
+    """What `ragteam train KIND` does without the terminal: --out checked (`check_train_out`), then
+    `train(shared settings, the trainer's options)`; the output folder."""
+    check_train_out(kind, cfg)
+    return train(common(cfg), options)
 
 
 def run_trainer(kind: str, cfg: TrainConfig, train: Callable[[], Path]) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ragteam.cli.train import OVERWRITE_HELP, check_train_out, common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, run_trainer, trained
 from ragteam.train.common import TrainConfig
 from ragteam.train.critic import CriticOptions
 
@@ -23,8 +23,7 @@ def train(cfg: Config) -> Path:
     output folder."""
     from ragteam.train.critic import train_critic
 
-    check_train_out("critic", cfg)
-    return train_critic(common(cfg), cfg.critic)
+    return trained("critic", cfg, train_critic, cfg.critic)
 
 
 def run(cfg: Config) -> int:

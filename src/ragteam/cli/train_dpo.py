@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ragteam.cli.train import OVERWRITE_HELP, check_train_out, common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, run_trainer, trained
 from ragteam.train.common import TrainConfig
 from ragteam.train.dpo import DPOOptions
 
@@ -23,8 +23,7 @@ def train(cfg: Config) -> Path:
     output folder."""
     from ragteam.train.dpo import train_dpo
 
-    check_train_out("dpo", cfg)
-    return train_dpo(common(cfg), cfg.dpo)
+    return trained("dpo", cfg, train_dpo, cfg.dpo)
 
 
 def run(cfg: Config) -> int:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ragteam.cli.train import OVERWRITE_HELP, check_train_out, common, run_trainer
+from ragteam.cli.train import OVERWRITE_HELP, run_trainer, trained
 from ragteam.train.common import TrainConfig
 from ragteam.train.sft import SFTOptions
 
@@ -31,8 +31,7 @@ def train(cfg: Config) -> Path:
     from ragteam.train.sft import train_sft, with_preset
 
     cfg = with_preset(cfg)
-    check_train_out("sft", cfg)
-    return train_sft(common(cfg), cfg.sft)
+    return trained("sft", cfg, train_sft, cfg.sft)
 
 
 def run(cfg: Config) -> int:
