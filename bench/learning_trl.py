@@ -54,7 +54,7 @@ def build_tasks(data: Path, offset: int, questions: int, candidates: int) -> lis
     from ragteam.assemble.config import TeamConfig
     from ragteam.assemble.folder import select_questions
     from ragteam.data.questions import read_questions
-    from ragteam.workflows.baselines import format_options
+    from ragteam.workflows.answers import format_options
     from ragteam.workflows.mmoa.workflow import GENERATOR, gather_candidates
 
     qs = select_questions(read_questions(data).questions, offset, questions)

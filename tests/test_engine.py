@@ -18,7 +18,8 @@ from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine, RolloutReport
 from ragteam.rollout.tree import Episode
 from ragteam.types import Action, Doc, Hit, Question
-from ragteam.workflows.baselines import Direct, StandardRAG, extract_answer
+from ragteam.workflows.answers import extract_answer
+from ragteam.workflows.baselines import Direct, StandardRAG
 from ragteam.workflows.config import WorkflowConfig
 
 # ---------------------------------------------------------------------- fakes
