@@ -65,6 +65,7 @@ def test_a_long_request_among_short_ones_is_decoded_apart(tiny):
     with BackgroundServer(app) as srv:
         replies = _ask_together(srv.url, [*SHORT[:2], LONG, *SHORT[2:]])
         assert [r.status_code for r in replies] == [200] * 5, [r.text for r in replies]
+        assert httpx.get(srv.url + "/health", timeout=10).json()["max_batch_tokens"] == tiny.max_batch_tokens
     assert app.state.batcher.batch_sizes == {5: 1}  # the server gathered all five into one batch ...
     assert sorted(map(len, batches)) == [1, 4]  # ... and decoded the long one apart from the four short ones
     assert [long_tokens] in batches

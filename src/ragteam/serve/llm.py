@@ -2,7 +2,7 @@
 
 Routes: `POST /v1/chat/completions` (messages, temperature, top_p, max_tokens / max_completion_tokens, stop,
 n, seed, logprobs, top_logprobs and the extensions below; no streaming), `GET /v1/models`, `GET /health` (with
-the batching counters).
+the batching counters and the decoder's `max_batch_tokens`).
 
 Token ids and log-probs, as OpenAI and vLLM spell them, so one client serves both (`OpenAIChatModel`):
 `"logprobs": true` gives each choice `logprobs.content`, one `{token, logprob, bytes, top_logprobs}` per
@@ -207,6 +207,7 @@ def make_app(
             "batches": batcher.batches,
             "max_batch_seen": batcher.max_batch_seen,
             "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
+            "max_batch_tokens": getattr(model, "max_batch_tokens", None),  # the decoder's budget; None: none
         }
 
     @app.get("/v1/models")
