@@ -50,6 +50,12 @@ are the ones `ragteam WORDS --help` prints; *Default* is the value the command s
 - **Profiles.** Where a command has `--profile`, `paper` replaces some defaults with the paper's values for
   the workflow named by `--workflow` (`ragteam.workflows.profiles`, [concepts.md](concepts.md#profile)); the
   defaults below are those of `small`, the default profile.
+- **Workflows.** `--workflow` takes a registered name, an installed package's team (entry-point group
+  `ragteam.workflows`, listed in `--help`) or `package.module:ClassName` ([concepts.md](concepts.md#your-own-team)).
+- **From Python.** `eval`, `collect` and `train sft|dpo|critic|ppo` are also functions taking the command's
+  own config: `ragteam.evaluate(ragteam.EvalConfig(...))`, `ragteam.collect`, `ragteam.train_sft`,
+  `ragteam.train_dpo`, `ragteam.train_critic`, `ragteam.train_ppo` (`ragteam.api`; `ragteam.load_config` reads
+  a `--config` file).
 
 See [quickstart.md](quickstart.md) for the commands in use and [concepts.md](concepts.md) for the terms.
 """
