@@ -70,6 +70,15 @@ import httpx
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.llm.constraint import constraint_record
+from ragteam.llm.openai_reply import (
+    PROMPT_LOGPROBS,
+    error_message,
+    int_list,
+    marks_forced,
+    prompt_logprobs_tail,
+    read_completions,
+    retry_after,
+)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 # What a request asks for beyond plain text, from the most to nothing: a server that rejects a level's fields
@@ -79,10 +88,9 @@ EXTRAS_LEVELS: tuple[dict[str, Any], ...] = (
     {"logprobs": True, "top_logprobs": 0},
     {},
 )
-TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
-# Asked of vLLM on a request with a forced prefix (module docstring): the prefix's log-probs, and the one token
-# that closes a prefix-only reply. Each is dropped for good once the server refuses it.
-PROMPT_LOGPROBS = "prompt_logprobs"
+# Asked of vLLM on a request with a forced prefix (module docstring): the prefix's log-probs (PROMPT_LOGPROBS, read
+# by openai_reply.py), and the one token that closes a prefix-only reply. Each is dropped for good once the
+# server refuses it.
 ALLOWED_TOKEN_IDS = "allowed_token_ids"
 STRUCTURED_OUTPUT = ("none", "vllm", "vllm-guided", "sglang")
 """How a constrained request's regex is sent (module docstring): not at all, or as that server spells it."""
@@ -110,23 +118,6 @@ def normalize_base_url(base_url: str) -> str:
     if parts.path in ("", "/"):
         url += "/v1"
     return url
-
-
-def error_message(resp: httpx.Response) -> str:
-    """The server's error text: OpenAI's `{"error": {"message"}}`, FastAPI's `{"detail"}`, or the raw body."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500].strip() or resp.reason_phrase
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-        if "detail" in body:
-            return str(body["detail"])
-    return str(body)[:500]
 
 
 class OpenAIChatModel:
@@ -336,8 +327,8 @@ class OpenAIChatModel:
                 if resp.status_code == 200:
                     try:
                         body = resp.json()
-                        completions = _completions(body, req.prefix, constraint)
-                        if (req.prefix or not req.sample_after_prefix) and not _marks_forced(body):
+                        completions = read_completions(body, req.prefix, constraint)
+                        if (req.prefix or not req.sample_after_prefix) and not marks_forced(body):
                             completions = [self._record_forced(c, body, req) for c in completions]
                         return completions, 200
                     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
@@ -346,7 +337,7 @@ class OpenAIChatModel:
                 last = f"HTTP {resp.status_code}: {error_message(resp)}"
                 if resp.status_code < 500 and resp.status_code not in RETRY_STATUS:
                     return ModelError(last, where=self.endpoint), resp.status_code
-                wait = _retry_after(resp)
+                wait = retry_after(resp)
             if attempt < self.retries:
                 delay = min(self.max_backoff, self.backoff * 2**attempt) * (1 + 0.25 * random.random())
                 time.sleep(wait if wait is not None and wait <= self.max_backoff else delay)
@@ -378,7 +369,7 @@ class OpenAIChatModel:
             if eot is None or sampled[:1] != [eot]:
                 return unrecorded
             sampled, sampled_lp, finish = [eot], None if sampled_lp is None else sampled_lp[:1], "stop"
-        prefix_lp = _prompt_logprobs_tail(body, c.prompt_ids, f)
+        prefix_lp = prompt_logprobs_tail(body, c.prompt_ids, f)
         ids = prefix_ids + sampled
         return replace(
             c,
@@ -437,40 +428,12 @@ class OpenAIChatModel:
         if resp.status_code != 200:
             return None
         try:
-            return _int_list(resp.json().get("tokens"))
+            return int_list(resp.json().get("tokens"))
         except (ValueError, TypeError, AttributeError):
             return None
 
 
 _RETRY = object()  # a /tokenize answer that says nothing yet (a connection error, a 5xx): not remembered
-
-
-def _marks_forced(body: dict[str, Any]) -> bool:
-    """Whether the server says how many leading completion tokens were forced (`ragteam serve llm`: its
-    content, ids and log-probs include the prefix)."""
-    return any(c.get("forced_tokens") is not None for c in body.get("choices") or [])
-
-
-def _prompt_logprobs_tail(body: dict[str, Any], prompt_ids: list[int], f: int) -> list[float] | None:
-    """The log-probs of the last `f` prompt tokens from vLLM's `prompt_logprobs` (one entry per prompt token,
-    None for the first, each `{"<id>": {"logprob": ...}, ...}` holding the prompt token's own), or None when
-    the response has none for them."""
-    if f == 0:
-        return []
-    table = body.get(PROMPT_LOGPROBS)
-    if table is None:  # vLLM's completions API has it per choice
-        table = next(
-            (c.get(PROMPT_LOGPROBS) for c in body.get("choices") or [] if c.get(PROMPT_LOGPROBS)), None
-        )
-    if not isinstance(table, list) or len(table) != len(prompt_ids):
-        return None
-    out = []
-    for token, entry in zip(prompt_ids[-f:], table[-f:]):
-        own = entry.get(str(token)) if isinstance(entry, dict) else None
-        if not isinstance(own, dict) or own.get("logprob") is None:
-            return None
-        out.append(float(own["logprob"]))
-    return out
 
 
 def _fewer_extras(level: int, error: str) -> int | None:
@@ -482,77 +445,3 @@ def _fewer_extras(level: int, error: str) -> int | None:
         if not any(key in EXTRAS_LEVELS[lower] for key in named):
             return lower
     return None
-
-
-def _completions(
-    body: dict[str, Any], prefix: str, constraint: dict[str, Any] | None = None
-) -> list[Completion]:
-    """The response's choices as Completions (module docstring: ids, log-probs, the forced prefix, the
-    constraint: `constraint` as the request sent it, with the whitelist `ragteam serve llm` masked with)."""
-    choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
-    usage = body.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens", 0) or 0)
-    total_completion = int(usage.get("completion_tokens", 0) or 0)
-    per_choice = total_completion // max(1, len(choices))
-    prompt_ids = body.get("prompt_token_ids")  # vLLM's chat API has it here, its completions API per choice
-    out = []
-    for c in choices:
-        content = (c.get("message") or {}).get("content") or ""
-        ours = c.get("forced_tokens") is not None  # ragteam's server: content and ids include the prefix
-        ids, logprobs = _ids_and_logprobs(c)
-        out.append(
-            Completion(
-                text=content if ours else prefix + content,
-                finish_reason=c.get("finish_reason") or "stop",
-                prompt_tokens=prompt_tokens,
-                completion_tokens=len(ids) if ids is not None else per_choice,
-                prompt_ids=_int_list(prompt_ids if prompt_ids is not None else c.get("prompt_token_ids")),
-                completion_ids=ids,
-                logprobs=logprobs,
-                forced_tokens=int(c["forced_tokens"]) if ours else 0,
-                constraint=_constraint(constraint, c.get("constraint")),
-            )
-        )
-    return out
-
-
-def _constraint(sent: dict[str, Any] | None, served: Any) -> dict[str, Any] | None:
-    """A choice's constraint record: what was sent, plus the token whitelist of a server that says it masked
-    with one (`ragteam serve llm`: its log-probs are then the masked distribution's)."""
-    if sent is None:
-        return None
-    record = dict(sent)
-    if isinstance(served, dict) and served.get("allowed_ids") is not None:
-        record["allowed_ids"] = _int_list(served["allowed_ids"])
-        record["server"] = str(served.get("by", ""))
-    return record
-
-
-def _ids_and_logprobs(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
-    """A choice's completion ids (`token_ids`, else `token_id:<id>` tokens) and log-probs; None if absent."""
-    content = (choice.get("logprobs") or {}).get("content")
-    logprobs = [float(entry["logprob"]) for entry in content] if content is not None else None
-    ids = _int_list(choice.get("token_ids"))
-    if ids is None and content is not None:
-        tokens = [entry.get("token") for entry in content]
-        if all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
-            ids = [int(t.removeprefix(TOKEN_ID_PREFIX)) for t in tokens]
-    if ids is not None and logprobs is not None and len(ids) != len(logprobs):
-        raise ValueError(f"{len(ids)} token ids but {len(logprobs)} log-probs")
-    return ids, logprobs
-
-
-def _int_list(value: Any) -> list[int] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-        raise TypeError("token ids must be a list of integers")
-    return list(value)
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    value = resp.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
