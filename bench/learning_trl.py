@@ -8,7 +8,7 @@ The task is single-role: for each of the fixed training questions (`--data`, `--
 as `ragteam train ppo` reads them) the prompt is MMOA-RAG's Generator prompt, rendered by the workflow's own
 `generator` Role (ragteam/workflows/mmoa: system message + "Answer the question using the documents below
 ..."), over the top `--candidates` documents that ragteam's default retriever returns for the question: the
-same retriever `ragteam train ppo` builds (`eval.setup.build_retriever`: the default hybrid BM25 + dense
+same retriever `ragteam train ppo` builds (`assemble.build.build_retriever`: the default hybrid BM25 + dense
 index of the data file's pooled paragraphs), merged exactly as the `s-g` variant builds its K candidates
 (`gather_candidates` with the question as the only sub-question). The documents are therefore fixed per
 question; there is no Selector: the Generator sees all K (in our `s-g` run it sees the Selector's subset).
