@@ -112,7 +112,7 @@ def test_the_last_turn_may_only_answer(on_path):
     assert trace.answer.text == "" and trace.answer.info["stop"] == "max_turns"
     last_prompt = prompt_text(trace.acts("agent")[-1][0])
     assert last_prompt.count("<information>Doc") == 2 and "again</search>" in last_prompt  # the reply closed
-    assert SearchR1().max_turns == 4  # Search-R1's budget unless --max-steps says otherwise
+    assert SearchR1().max_turns == ragteam.WorkflowConfig().max_steps  # --max-steps (the recipe: 4)
 
 
 # ---- built by name: module:Class and the installed entry point ------------------------------------------

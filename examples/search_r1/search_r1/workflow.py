@@ -8,9 +8,10 @@ Each turn the policy (role `agent`) writes a reply; its first tag decides:
   `<information>` block (an observation: prompt tokens, never trained);
 - neither: the next prompt carries the invalid-action note.
 
-After `max_turns` searching turns (`--max-steps N`, default 4), one last turn may only answer: a search there is not run and the episode
-ends with no answer (Search-R1's final rollout without the search engine). The documents of every turn are
-the role's `docs` field, so an over-long prompt drops the lowest-ranked hits of the longest search first.
+After `max_turns` searching turns (`--max-steps N`; the recipe's 4 is the paper's budget), one last turn may
+only answer: a search there is not run and the episode ends with no answer (Search-R1's final rollout without
+the search engine). The documents of every turn are the role's `docs` field, so an over-long prompt drops the
+lowest-ranked hits of the longest search first.
 
 `Answer.info`: turns (policy replies), searches, queries, invalid (replies without a valid tag), stop
 (answer | max_turns | budget).
@@ -33,9 +34,6 @@ from ragteam import (
 )
 from search_r1 import prompts
 from search_r1.parsers import parse_reply, write_reply
-
-MAX_TURNS = 4
-"""Search turns before the last answering turn (Search-R1 trains with 2 to 4)."""
 
 
 def _messages(question: str, replies: list[str], docs: list[tuple[str, list[Doc]]]) -> list:
@@ -64,9 +62,7 @@ class SearchR1(Workflow):
 
     def __init__(self, cfg: WorkflowConfig | None = None, max_turns: int | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
-        if max_turns is None:  # `--max-steps N` when given, else Search-R1's budget
-            max_turns = self.cfg.max_steps if "max_steps" in self.cfg.model_fields_set else MAX_TURNS
-        self.max_turns = max_turns
+        self.max_turns = max_turns if max_turns is not None else self.cfg.max_steps  # --max-steps
 
     def run(self, question: Question) -> EpisodeGenerator:
         replies: list[str] = []
