@@ -128,6 +128,11 @@ def build_team(
         from ragteam.llm.critic import CriticModel
 
         critic = CriticModel.from_config(cfg.critic)
-    scorer = build_scorer(cfg.rollout, policy, llm, retriever, critic)
-    engine = Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)
+    engine = build_engine(cfg, policy, llm, retriever, critic)
     return Team(workflow=workflow, policy=policy, llm=llm, retriever=retriever, engine=engine)
+
+
+def build_engine(cfg: TeamConfig, policy: Any, llm: Any, retriever: Any, critic: Any = None) -> Engine:
+    """The engine over these parts with `cfg.rollout`, and the keep-one-of-N scorer it names."""
+    scorer = build_scorer(cfg.rollout, policy, llm, retriever, critic)
+    return Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)

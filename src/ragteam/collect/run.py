@@ -46,22 +46,21 @@ eval's: limit, offset, out, progress, batch sizes...)."""
 # ---------------------------------------------------------------------------------------------- phases
 
 
-def build_engine(cfg: CollectConfig, data: str, fmt: str):
-    """(workflow, engine) of the collection: the eval's `build_team` with the teacher as the policy, or, for
-    MMOA-RAG's SFT data, the labelling rollout over the teacher and the retriever alone."""
-    from ragteam.assemble.build import build_retriever, build_team
+def build_collection(cfg: CollectConfig, data: str, fmt: str):
+    """(workflow, engine) of the collection: `build_team` with the teacher as the policy, or, for MMOA-RAG's
+    SFT data, the labelling workflow's engine over the teacher and the retriever alone."""
+    from ragteam.assemble.build import build_engine, build_retriever, build_team
 
     run_cfg = cfg.run_config()
     if cfg.mode != "mmoa":
         parts = build_team(run_cfg, data=data, fmt=fmt)
         return parts.workflow, parts.engine
     from ragteam.llm.factory import build_chat_model
-    from ragteam.rollout.engine import Engine
 
     workflow = MMOALabeling(run_cfg.workflow_config())
     retriever = build_retriever(run_cfg, data, fmt)
     teacher = build_chat_model(cfg.teacher) if "policy" in workflow.needs else None
-    return workflow, Engine(teacher, None, retriever, run_cfg.rollout)
+    return workflow, build_engine(run_cfg, teacher, None, retriever)
 
 
 def validate(cfg: CollectConfig) -> None:
@@ -248,7 +247,9 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     ranking: dict[str, int] = {}  # the ranker's tallies (malformed LLM rankings...), when it runs here
     if todo:
         # in this process, or on Ray actors that each build it (--rollout.workers, rollout/distributed.py)
-        workflow, engine = spread(partial(build_engine, cfg, cfg.data, qset.format), cfg.run_config().rollout)
+        workflow, engine = spread(
+            partial(build_collection, cfg, cfg.data, qset.format), cfg.run_config().rollout
+        )
         reward = None if cfg.mode == "mmoa" else (lambda q, prediction: score_answer(prediction, q))
         with TraceWriter(trace) as writer:
             engine.run(workflow, todo, reward=reward, on_episode=writer.write, progress=cfg.progress)
