@@ -213,3 +213,26 @@ def test_the_architecture_doc_draws_these_layers() -> None:
             names = re.split(r"\s{2,}", line, maxsplit=1)[0]
             rows.append(tuple(n.strip() for n in names.split("·")))
     assert rows == LAYERS, f"docs/architecture.md's layers {rows} differ from tests/test_layers.py's {LAYERS}"
+
+
+def test_the_architecture_doc_lists_every_module() -> None:
+    """docs/architecture.md's file list names every module under src/ragteam (a subpackage's `__init__.py`
+    left out), and nothing else."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    block = re.search(r"## Files.*?```\n(.*?)```", text, re.S)
+    assert block, "docs/architecture.md has no ``` block under its '## Files' heading"
+    listed: set[str] = set()
+    folder = ""
+    for line in block.group(1).splitlines():
+        if line and not line[0].isspace():  # a folder's row; its files may wrap onto indented lines
+            folder, _, line = line.partition(" ")
+            folder = "" if folder == "ragteam/" else folder
+        listed.update(folder + name for name in line.split())
+    actual = {
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" or p.parent == PACKAGE
+    }
+    assert listed == actual, (
+        f"docs/architecture.md's file list is stale: add {sorted(actual - listed)}, drop {sorted(listed - actual)}"
+    )
