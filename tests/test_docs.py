@@ -18,7 +18,7 @@ from ragteam.config import ConfigError, config_from_args
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # The guides whose `ragteam ...` commands must parse (the other pages quote commands with placeholders).
-GUIDES = ["quickstart.md", "concepts.md", "byo.md", "data-formats.md"]
+GUIDES = ["quickstart.md", "concepts.md", "byo.md", "data-formats.md", "extend.md"]
 
 
 def _cli_reference():
@@ -172,7 +172,8 @@ def _parse(command: str):
 
 
 @pytest.mark.parametrize("guide", GUIDES)
-def test_guide_commands_parse(guide: str):
+def test_guide_commands_parse(guide: str, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the guides' relative paths (a recipe file) are from the repository's root
     page = DOCS / guide
     commands = _commands(page)
     if guide == "quickstart.md":
