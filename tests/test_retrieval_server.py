@@ -191,7 +191,7 @@ def test_concurrent_requests_are_batched_into_one_search(bm25):
 
 
 def test_cli_server_under_concurrent_clients_and_bad_input(hotpot_small_index):
-    """A fast version of bench/retriever_load.py: `ragteam serve retriever` as a subprocess."""
+    """A fast version of bench/serve_load.py --servers retriever: `ragteam serve retriever` as a subprocess."""
     with ServerProcess(["retriever", "--index", str(hotpot_small_index.path), "--kind", "bm25"]) as srv:
         base = srv.url
 
