@@ -22,8 +22,8 @@ whatever code the `ragteam` command imports (`PYTHONPATH=SNAPSHOT/src` runs an o
          then emoji, the most tokens per character; the team cuts it to its model's context).
      Each pathological request's status is counted: 200, or a 4xx naming a limit, are both acceptable;
      a good request that fails is not.
-  3. `serve retriever` only, as bench/retriever_load.py did: 16 kinds of bad input, each must get a 4xx JSON
-     answer, and a normal request after them must succeed.
+  3. `serve retriever` only (the bad-input phase of the bench/retriever_load.py this replaces): 16 kinds of
+     bad input, each must get a 4xx JSON answer, and a normal request after them must succeed.
 
 Memory: the server's peak resident set per phase (/proc/PID/status VmHWM, reset between phases through
 /proc/PID/clear_refs; psutil's sampled RSS where /proc has neither) must stay within `--rss-bound-mb`. The
