@@ -8,6 +8,7 @@ it runs), never by exhausting the machine's memory."""
 
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -137,3 +138,31 @@ def test_a_batch_out_of_memory_only_together_answers_every_request(tiny):
     alone = [tiny.chat([r])[0] for r in reqs]
     assert all(isinstance(r, list) for r in together), together
     assert [[c.completion_ids for c in r] for r in together] == [[c.completion_ids for c in r] for r in alone]
+
+
+def test_a_row_that_fits_alone_is_answered_after_its_batch_ran_out_of_memory(tiny):
+    """The failed attempt's memory is given back before the rows are retried: each attempt allocates its
+    working memory in the hook's frame, which the out-of-memory error's traceback holds; a retry that starts
+    while any earlier attempt's memory is alive finds no room (as a real 8k-token row did, 413 although it
+    gets 200 alone)."""
+    attempts: list[weakref.ref] = []
+
+    def hook(rows: list[Row]) -> None:
+        if any(alive() is not None for alive in attempts):
+            raise torch.OutOfMemoryError(
+                "out of memory (simulated: an earlier attempt's memory is still held)"
+            )
+        working_memory = torch.ones(1 << 16)  # what this attempt allocates before it runs out
+        attempts.append(weakref.ref(working_memory))
+        if len(rows) > 1:
+            raise torch.OutOfMemoryError(f"out of memory (simulated: {working_memory.numel()} floats held)")
+
+    tiny.batch_hook = hook
+    texts = [LONG, *SHORT]
+    with BackgroundServer(make_app(tiny, "tiny", batch_wait_ms=500)) as srv:
+        replies = _ask_together(srv.url, texts)
+    assert [r.status_code for r in replies] == [200] * len(texts), [r.text for r in replies]
+    assert len(attempts) == 1 + len(texts)  # the shared batch, then each row alone
+    tiny.batch_hook = None
+    for text, reply in zip(texts, replies):
+        assert reply.json()["choices"][0]["message"]["content"] == _alone(tiny, text)

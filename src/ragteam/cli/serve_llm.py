@@ -16,6 +16,7 @@ from pydantic import Field
 from ragteam.serve.listen import ServerConfig
 
 MAX_BATCH_TOKENS = 32_768  # SmolLM2-135M in float32: about 1.5 GB of KV cache
+PREFILL_CHUNK = 1024  # ragteam.llm.decoder.PREFILL_CHUNK, repeated so that the CLI does not import torch
 
 
 class Config(ServerConfig):
@@ -44,6 +45,12 @@ class Config(ServerConfig):
         ge=1,
         description="most padded tokens decoded in one batch (rows x (longest prompt + longest max_tokens)): "
         "a long request runs apart from short ones; a batch out of memory is run again row by row",
+    )
+    prefill_chunk: int = Field(
+        PREFILL_CHUNK,
+        ge=1,
+        description="prompt tokens per prefill forward pass: a longer prompt is prefilled in chunks, so its "
+        "memory grows linearly with its length (one pass: quadratically); same replies",
     )
     batch_wait_ms: float = Field(
         5.0, ge=0, description="how long to wait for more requests before starting a batch"
@@ -79,6 +86,7 @@ def run(cfg: Config) -> int:
         lora=cfg.lora,
         max_batch_size=cfg.max_batch_size,
         max_batch_tokens=cfg.max_batch_tokens,
+        prefill_chunk=cfg.prefill_chunk,
     )
     name = cfg.served_name or model.name
     app = make_app(

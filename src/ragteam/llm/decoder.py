@@ -24,11 +24,21 @@ memory (`torch.OutOfMemoryError`, a RuntimeError "out of memory" / "can't alloca
 run again row by row: the rows that had ended keep their result, the others restart from their prompt with
 their generator reseeded (the same tokens), and only a row that does not fit alone fails, its request a
 `ModelError` with `too_large` naming its size and the budget (a server answers it 413). `batch_hook(rows)`,
-called before each batch decodes, lets tests watch the batches and simulate an out-of-memory error.
+called before each batch decodes, lets tests watch the batches and simulate an out-of-memory error. The
+failed attempt's memory is released before the rows are retried: its error is kept without its traceback,
+whose frames would hold the attempt's cache and activations, and `gc` and `malloc_trim` run.
+
+Chunked prefill. The token budget bounds the KV cache, not the prefill's working memory: one pass over an
+n-token input computes attention scores for n x n pairs per head (on CPU 9 heads x 8,191^2 floats, 2.4 GB, for
+one SmolLM2 row of the full context). Inputs longer than `prefill_chunk` tokens (`PREFILL_CHUNK` by default)
+therefore run in chunks of that many, each attending to the KV cache of the ones before, so the prefill's
+memory grows linearly with the input. The result is the one-pass result up to float round-off (the same
+greedy tokens; tests/test_prefill_chunks.py); inputs no longer than a chunk run in one pass, as before.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +56,8 @@ from ragteam.llm.sampling import (
     sample_seed,
     whitelist_mask,
 )
+
+PREFILL_CHUNK = 1024  # prefill tokens per forward pass (module docstring, "Chunked prefill")
 
 
 def group_rows(inputs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
@@ -111,7 +123,8 @@ def is_out_of_memory(e: BaseException) -> bool:
 class BatchedDecoder:
     """Decoding `Row`s in batches; mixed into `LocalChatModel`, which sets what the methods read: `model`,
     `tokenizer`, `name`, `pad_id`, `eos_ids`, `eot_id`, `share_prefill`, `max_batch_size`,
-    `max_batch_tokens` (None: no token budget), `batch_hook` (None) and `stats`."""
+    `max_batch_tokens` (None: no token budget), `prefill_chunk` (None: one pass), `batch_hook` (None) and
+    `stats`."""
 
     model: Any
     tokenizer: Any
@@ -122,6 +135,7 @@ class BatchedDecoder:
     share_prefill: bool
     max_batch_size: int
     max_batch_tokens: int | None
+    prefill_chunk: int | None
     batch_hook: Callable[[list[Row]], None] | None
     stats: dict[str, int]
 
@@ -163,28 +177,42 @@ class BatchedDecoder:
                 batch = [r for r in batch if not cancelled(r.request)]
                 if not batch:
                     continue
-            try:
-                self._decode(batch, finished, cancelled)
-            except Exception as e:  # noqa: BLE001 - fail these requests (or find the one too large), not the others
-                if not is_out_of_memory(e) or len(batch) == 1:
-                    for r in batch:
-                        failed[r.request] = self._failure(r, e)
-                    continue
-                _release_memory()
+            e = self._try_decode(batch, finished, cancelled)
+            if e is None:
+                continue
+            if not is_out_of_memory(e) or len(batch) == 1:
                 for r in batch:
-                    if (
-                        r.finish is not None or r.request in failed
-                    ):  # ended before the failure, or its request failed
-                        continue
-                    if cancelled is not None and cancelled(r.request):
-                        continue
-                    r.restart()
-                    try:
-                        self._decode([r], finished, cancelled)
-                    except Exception as own:  # noqa: BLE001 - this row's own failure
-                        failed[r.request] = self._failure(r, own)
-                        _release_memory()
+                    failed[r.request] = self._failure(r, e)
+                continue
+            _release_memory()  # the failed attempt's cache and activations, before any row is retried
+            for r in batch:
+                if (
+                    r.finish is not None or r.request in failed
+                ):  # ended before the failure, or its request failed
+                    continue
+                if cancelled is not None and cancelled(r.request):
+                    continue
+                r.restart()
+                own = self._try_decode([r], finished, cancelled)
+                if own is not None:  # this row's own failure
+                    failed[r.request] = self._failure(r, own)
+                    _release_memory()
         return failed
+
+    def _try_decode(
+        self,
+        rows: list[Row],
+        finished: Callable[[Row], None] | None,
+        cancelled: Callable[[int], bool] | None,
+    ) -> Exception | None:
+        """`_decode`, its failure returned rather than raised, with no traceback: a traceback holds the frames
+        of the failed forward pass and with them its KV cache and activations, which would stay allocated
+        while the rows are retried one by one and take the room a row that fits alone needs."""
+        try:
+            self._decode(rows, finished, cancelled)
+        except Exception as e:  # noqa: BLE001 - fail these requests (or find the one too large), not the others
+            return _without_traceback(e)
+        return None
 
     def _failure(self, r: Row, e: Exception) -> ModelError:
         where = f"local:{self.name}"
@@ -293,31 +321,74 @@ class BatchedDecoder:
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         forced = max(rows[i].forced for i in first)
-        out = self.model(
-            input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=forced + 1
-        )
+        # A row's forced prefix is the end of its inputs: its f tokens are predicted by the f columns before the
+        # last. A constrained row scores its prefix under its whitelist (rows sharing an input may differ in
+        # that), so each (input, whitelist) is scored once, chunk by chunk as the logits come.
+        keys = {
+            (g, tuple(r.allowed) if r.allowed is not None else None): r.allowed for r, g in zip(rows, group)
+        }
+        prefix_lp: dict[tuple[int, tuple[int, ...] | None], list[float]] = {key: [] for key in keys}
+
+        def score(col: int, logits: torch.Tensor) -> None:
+            """Score the prefix tokens that logits [G, k, V], the predictions of columns col .. col + k - 1,
+            predict."""
+            for key, allowed in keys.items():
+                g = key[0]
+                lo, hi = max(col, width - 1 - rows[first[g]].forced), min(col + logits.shape[1], width - 1)
+                if lo >= hi:
+                    continue
+                logits_g = logits[g, lo - col : hi - col]
+                if allowed is not None:
+                    table = torch.tensor([allowed], dtype=torch.long, device=dev)
+                    logits_g = mask_logits(logits_g, whitelist_mask(table, logits_g.shape[-1]))
+                prefix_lp[key] += gather_logprobs(logits_g, ids[g, lo + 1 : hi + 1]).tolist()
+
+        cache, logits = self._prefill_forward(ids, attn, pos, forced + 1, score)
         self.stats["prefill_rows"] += len(inputs)
         self.stats["prefill_tokens"] += sum(map(len, inputs))
-        # logits [G, forced + 1, V]: the predictions of the last `forced` input tokens, then of the next token.
-        # A row's prefix is the end of its inputs, so its f tokens are predicted by the f columns before the last.
-        # A constrained row scores its prefix under its whitelist (rows sharing an input may differ in that).
-        prefix_lp: dict[tuple[int, tuple[int, ...] | None], list[float]] = {}
         for r, g in zip(rows, group):
-            key = (g, tuple(r.allowed) if r.allowed is not None else None)
-            if key not in prefix_lp:
-                f = rows[first[g]].forced
-                logits_g = out.logits[g, forced - f : forced]
-                if r.allowed is not None and f:
-                    table = torch.tensor([r.allowed], dtype=torch.long, device=dev)
-                    logits_g = mask_logits(logits_g, whitelist_mask(table, logits_g.shape[-1]))
-                prefix_lp[key] = gather_logprobs(logits_g, ids[g, width - f :]).tolist()
-            r.logprobs = list(prefix_lp[key])
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+            r.logprobs = list(prefix_lp[(g, tuple(r.allowed) if r.allowed is not None else None)])
         if len(first) < len(rows):
             sel = torch.tensor(group, dtype=torch.long, device=dev)
             cache.reorder_cache(sel)  # index_select on the batch axis: copies of the shared rows
             logits, attn, pos = logits[sel], attn[sel], pos[sel]
         return cache, logits, attn, pos
+
+    def _prefill_forward(
+        self,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        pos: torch.Tensor,
+        keep: int,
+        score: Callable[[int, torch.Tensor], None],
+    ) -> tuple[Any, torch.Tensor]:
+        """The prefill's forward pass over [G, width] left-padded inputs: its KV cache and the next-token logits
+        [G, V] float32; `score(col, logits)` is shown the logits of the last `keep` columns as they come.
+
+        Inputs longer than `prefill_chunk` tokens run in chunks of that many, each attending to the cache of
+        the ones before (module docstring, "Chunked prefill"); shorter ones in one pass, as before chunking."""
+        width = ids.shape[1]
+        chunk = self.prefill_chunk if self.prefill_chunk is not None else width
+        cache = last = None
+        for start in range(0, width, chunk):
+            end = min(start + chunk, width)
+            want = min(end - start, end - (width - keep))  # this chunk's columns among the last `keep`
+            whole = start == 0 and end == width  # one pass: the call made before chunking, unchanged
+            out = self.model(
+                input_ids=ids if whole else ids[:, start:end],
+                attention_mask=attn if whole else attn[:, :end],
+                position_ids=pos if whole else pos[:, start:end],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=max(want, 1),  # 0 would keep them all
+            )
+            cache = out.past_key_values
+            if want > 0:
+                score(end - want, out.logits[:, -want:])
+            if end == width:
+                last = out.logits[:, -1, :].float()
+            del out
+        return cache, last
 
     def _allowed_mask(self, rows: list[Row], vocab: int) -> torch.Tensor | None:
         """[B, V] bool: the tokens each row may take (all, for an unconstrained row); None when none is."""
@@ -351,8 +422,37 @@ class BatchedDecoder:
         return True
 
 
+def _without_traceback(e: BaseException) -> BaseException:
+    """`e` and the exceptions it chains, their tracebacks (and the frames those hold) dropped."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        link = todo.pop()
+        if link is not None and id(link) not in seen:
+            seen.add(id(link))
+            link.__traceback__ = None
+            todo += [link.__cause__, link.__context__]
+    return e
+
+
 def _release_memory() -> None:
-    """Give back what a failed batch held before the next one allocates."""
+    """Give back what a failed batch held before the next one allocates: its tensors (freed once nothing
+    refers to them; `gc` breaks the cycles), CUDA's cached blocks and the C heap's free pages (`malloc_trim`, glibc only)."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> Any:
+    """The C library when it is glibc (it has `malloc_trim`), else None."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc()

@@ -50,7 +50,7 @@ import torch
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.llm.constraint import Constraint, constraint_record, token_whitelist
-from ragteam.llm.decoder import BatchedDecoder, Row
+from ragteam.llm.decoder import PREFILL_CHUNK, BatchedDecoder, Row
 from ragteam.llm.logprobs import completion_logprobs
 from ragteam.llm.sampling import (
     sample_seed,
@@ -118,6 +118,7 @@ class LocalChatModel(BatchedDecoder):
         merge_lora: bool = True,
         share_prefill: bool = True,
         max_batch_tokens: int | None = None,
+        prefill_chunk: int | None = PREFILL_CHUNK,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -138,7 +139,15 @@ class LocalChatModel(BatchedDecoder):
         model.to(dev)
         model.eval()
         default_name = Path(path).name if str(path_or_name) not in ("smollm2", "tiny") else str(path_or_name)
-        self._setup(model, tokenizer, name or default_name, max_batch_size, share_prefill, max_batch_tokens)
+        self._setup(
+            model,
+            tokenizer,
+            name or default_name,
+            max_batch_size,
+            share_prefill,
+            max_batch_tokens,
+            prefill_chunk,
+        )
         self.path = path
 
     @classmethod
@@ -150,10 +159,11 @@ class LocalChatModel(BatchedDecoder):
         max_batch_size: int = 32,
         share_prefill: bool = True,
         max_batch_tokens: int | None = None,
+        prefill_chunk: int | None = PREFILL_CHUNK,
     ) -> LocalChatModel:
         """Wrap an already loaded model + tokenizer (e.g. the policy being trained); shares its weights."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name, max_batch_size, share_prefill, max_batch_tokens)
+        self._setup(model, tokenizer, name, max_batch_size, share_prefill, max_batch_tokens, prefill_chunk)
         self.path = None
         return self
 
@@ -165,11 +175,14 @@ class LocalChatModel(BatchedDecoder):
         max_batch_size: int,
         share_prefill: bool,
         max_batch_tokens: int | None,
+        prefill_chunk: int | None = PREFILL_CHUNK,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1 (or None: no budget), got {max_batch_tokens}")
+        if prefill_chunk is not None and prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1 (or None: one pass), got {prefill_chunk}")
         if tokenizer.chat_template is None:
             raise ValueError(f"model {name!r}: the tokenizer has no chat template")
         self.model = model
@@ -177,6 +190,7 @@ class LocalChatModel(BatchedDecoder):
         self.name = name
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens  # padded tokens per decoding batch (ragteam.llm.decoder)
+        self.prefill_chunk = prefill_chunk  # prefill tokens per forward pass (ragteam.llm.decoder)
         self.batch_hook = None  # called with each decoding batch's rows before it runs (tests)
         self.share_prefill = share_prefill
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
