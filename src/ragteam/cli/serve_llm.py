@@ -49,8 +49,8 @@ class Config(ServerConfig):
     prefill_chunk: int = Field(
         PREFILL_CHUNK,
         ge=1,
-        description="prompt tokens per prefill forward pass: a longer prompt is prefilled in chunks, so its "
-        "memory grows linearly with its length (one pass: quadratically); same replies",
+        description="input tokens per prefill forward pass: a longer prompt or forced prefix is prefilled in "
+        "chunks over the KV cache, so its memory grows linearly with its length; same replies",
     )
     batch_wait_ms: float = Field(
         5.0, ge=0, description="how long to wait for more requests before starting a batch"

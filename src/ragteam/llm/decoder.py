@@ -29,11 +29,14 @@ failed attempt's memory is released before the rows are retried: its error is ke
 whose frames would hold the attempt's cache and activations, and `gc` and `malloc_trim` run.
 
 Chunked prefill. The token budget bounds the KV cache, not the prefill's working memory: one pass over an
-n-token input computes attention scores for n x n pairs per head (on CPU 9 heads x 8,191^2 floats, 2.4 GB, for
-one SmolLM2 row of the full context). Inputs longer than `prefill_chunk` tokens (`PREFILL_CHUNK` by default)
-therefore run in chunks of that many, each attending to the KV cache of the ones before, so the prefill's
-memory grows linearly with the input. The result is the one-pass result up to float round-off (the same
-greedy tokens; tests/test_prefill_chunks.py); inputs no longer than a chunk run in one pass, as before.
+n-token input holds every layer's activations for all n positions at once, attention scores n x n per head
+where the attention kernel materializes them (eager attention), and a forced prefix of f tokens its [f, V]
+logits twice (with their log-softmax: for SmolLM2, V = 49,152, an 8k-token prefix took 3.6 GB). Inputs longer
+than `prefill_chunk` tokens (`PREFILL_CHUNK` by default) therefore run in chunks of that many, each attending
+to the KV cache of the ones before, and a forced prefix is scored chunk by chunk, so the prefill's memory
+grows linearly with the input (docs/serving.md has the measured peaks). The result is the one-pass result up
+to float round-off (the same greedy tokens; tests/test_prefill_chunks.py); inputs no longer than a chunk run
+in one pass, as before.
 """
 
 from __future__ import annotations
