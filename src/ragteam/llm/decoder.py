@@ -425,7 +425,7 @@ class BatchedDecoder:
         return True
 
 
-def _without_traceback(e: BaseException) -> BaseException:
+def _without_traceback(e: Exception) -> Exception:
     """`e` and the exceptions it chains, their tracebacks (and the frames those hold) dropped."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [e]
@@ -440,7 +440,8 @@ def _without_traceback(e: BaseException) -> BaseException:
 
 def _release_memory() -> None:
     """Give back what a failed batch held before the next one allocates: its tensors (freed once nothing
-    refers to them; `gc` breaks the cycles), CUDA's cached blocks and the C heap's free pages (`malloc_trim`, glibc only)."""
+    refers to them; `gc` breaks the cycles), CUDA's cached blocks and the C heap's free pages (`malloc_trim`,
+    glibc only)."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
