@@ -35,16 +35,9 @@ from ragteam import (
 from search_r1 import prompts
 from search_r1.parsers import parse_reply, write_reply
 
-
-def _messages(question: str, replies: list[str], docs: list[tuple[str, list[Doc]]]) -> list:
-    return prompts.messages(question, replies, docs)
-
-
-def _parse(text: str, question: str, replies: list[str], docs: list[tuple[str, list[Doc]]]) -> Any:
-    return parse_reply(text)
-
-
-AGENT = Role("agent", _messages, _parse, stop=("</search>", "</answer>"), docs="docs", write=write_reply)
+AGENT = Role(
+    "agent", prompts.messages, parse_reply, stop=("</search>", "</answer>"), docs="docs", write=write_reply
+)
 
 
 def _closed(text: str, kind: str) -> str:
