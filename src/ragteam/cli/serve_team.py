@@ -18,7 +18,7 @@ import time
 from pydantic import Field
 
 from ragteam.assemble.config import TeamConfig
-from ragteam.cli.serve_llm import MAX_BATCH_TOKENS
+from ragteam.cli.serve_llm import MAX_BATCH_TOKENS, PREFILL_CHUNK
 from ragteam.serve.listen import ServerConfig
 
 
@@ -50,6 +50,12 @@ class Config(TeamConfig, ServerConfig):
         description="local models: most padded tokens decoded in one batch (rows x (longest prompt + longest "
         "max_tokens)); a long prompt runs apart from short ones, a batch out of memory is run again row by row",
     )
+    prefill_chunk: int = Field(
+        PREFILL_CHUNK,
+        ge=1,
+        description="local models: input tokens per prefill forward pass; a longer prompt is prefilled in chunks "
+        "over the KV cache, so its memory grows linearly with its length; same replies",
+    )
 
 
 def run(cfg: Config) -> int:
@@ -65,6 +71,7 @@ def run(cfg: Config) -> int:
     for model in (parts.policy, parts.llm):  # a local model decodes within the budget
         if model is not None and hasattr(model, "max_batch_tokens"):
             model.max_batch_tokens = cfg.max_batch_tokens
+            model.prefill_chunk = cfg.prefill_chunk
     startup = warm_up(parts.engine, say=lambda line: print(line, flush=True))
     name = cfg.served_name or cfg.workflow
     app = make_app(
