@@ -63,7 +63,8 @@ def test_health_is_ready_and_the_first_question_loads_nothing(hotpot_small):
 
 def test_serve_team_announces_progress_before_the_port_and_reports_ready(hotpot_small):
     args = ["team", "--workflow", "standard-rag", "--data", str(hotpot_small), "--retriever.kind", "bm25"]
-    args += ["--topk", "2", "--rollout.llm-max-tokens", "8", "--max-batch-tokens", "4096", "--prefill-chunk", "16"]
+    args += ["--topk", "2", "--rollout.llm-max-tokens", "8"]
+    args += ["--max-batch-tokens", "4096", "--prefill-chunk", "16"]
     args += [*"--policy.model tiny --llm.model tiny --llm.threads 1 --llm.device".split(), TEST_DEVICE]
     with ServerProcess(args, timeout=120) as srv:
         said = "\n".join(srv.lines)
