@@ -52,7 +52,9 @@ def main() -> None:
                 if node.kind == "policy":
                     per_strategy[f"{strategy}:policy"].add(node.id)
         for key, ids in per_strategy.items():
-            (policy_by if key.endswith(":policy") else leaves_by)[key.removesuffix(":policy")].append(len(ids))
+            (policy_by if key.endswith(":policy") else leaves_by)[key.removesuffix(":policy")].append(
+                len(ids)
+            )
         ca, cb = a(ep, args.reward), b(ep, args.reward)
         for node in ep.policy_nodes():
             if node.id in ca and node.id in cb:
