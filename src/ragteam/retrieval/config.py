@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ragteam.config import Config
+from ragteam.retrieval.build_config import EncoderFields
 
 
-class RetrieverConfig(Config):
+class RetrieverConfig(EncoderFields):
     """How to open a retriever (`factory.open_retriever`)."""
 
     kind: Literal["bm25", "dense", "hybrid", "remote"] = Field(
@@ -47,21 +47,6 @@ class RetrieverConfig(Config):
         "`ragteam index --dense.model` said otherwise): a sentence-transformers folder (BGE: its pooling is "
         "read from it) or a transformers folder with --retriever.pooling (Contriever-MSMARCO: mean, "
         "--no-retriever.normalize); an index built here from --data or --corpus is built with it",
-    )
-    pooling: Literal["mean", "cls"] | None = Field(
-        None,
-        description="dense: token states -> one vector: mean over the tokens (Contriever) or cls, the first "
-        "token (BGE); none: the index's, or what a sentence-transformers folder declares",
-    )
-    normalize: bool | None = Field(
-        None,
-        description="dense: L2-normalise the vectors (cosine: BGE, MiniLM) or not (dot product: Contriever); "
-        "none: the index's, or the folder's",
-    )
-    query_prefix: str | None = Field(
-        None,
-        description="dense: text put before each query (BGE: 'Represent this sentence for searching relevant "
-        "passages: '); none: the index's, or the folder's `query` prompt",
     )
     timeout: float = Field(30.0, gt=0, description="remote: seconds per HTTP request")
     retries: int = Field(3, ge=0, description="remote: retries on connection errors, timeouts and 5xx/429")
