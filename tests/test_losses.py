@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from tensor_helpers import close, t
 
 from ragteam.train.losses import (
     POLICY_LOSSES,
@@ -24,15 +25,6 @@ from ragteam.train.losses import (
     token_rewards,
     value_loss,
 )
-
-
-def t(x) -> torch.Tensor:
-    return torch.tensor(x, dtype=torch.float64)
-
-
-def close(actual: torch.Tensor, expected, atol: float = 1e-6) -> None:
-    torch.testing.assert_close(actual.double(), t(expected), atol=atol, rtol=0)
-
 
 # ------------------------------------------------------------------------------------------ reductions
 
