@@ -118,6 +118,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_VERSION = "1.12.0"
@@ -369,20 +370,49 @@ def side_ours(args: argparse.Namespace) -> dict:
     return result(args.side, raw, args, measured, per_update, computed, extra)
 
 
+# ---- both TRL sides ---------------------------------------------------------------------------------------
+
+
+def quiet_trl() -> None:
+    """Silence the notices trl's import prints on every run (known, beside the point): call it before `import
+    trl`. Both TRL sides, whichever trl (1.12 in its own environment, or the one installed with ragteam)."""
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # "trl.experimental is unstable": known
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5's renames, met in trl
+
+
+def trl_start(bench: argparse.Namespace, group_size: int = 1) -> tuple[list[dict], Any, Any]:
+    """What both TRL sides do first: transformers' logging quiet, torch's threads and seed, the synthetic
+    batch (`make_samples`, in groups of `group_size`), and, as TRL's example scripts load them, a tokenizer
+    that pads on the left (its pad id must be below the random ids) and the policy in float32.
+    (batch, tokenizer, policy)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(bench.threads)
+    torch.manual_seed(bench.seed)
+    raw = make_samples(bench, vocab_size(bench.model_path), group_size)
+    tokenizer = AutoTokenizer.from_pretrained(bench.model_path, padding_side="left")
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= LOWEST_ID:
+        raise SystemExit(f"pad token id {tokenizer.pad_token_id}: not below {LOWEST_ID}, as the bench needs")
+    policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
+    return raw, tokenizer, policy
+
+
 # ---- TRL 1.12 ----------------------------------------------------------------------------------------------
 
 
 def side_trl(bench: argparse.Namespace) -> dict:
-    import warnings
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # "trl.experimental is unstable": known
-    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5's renames, met in trl 1.12
+    quiet_trl()
     import numpy as np
     import torch
     import transformers
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     from trl.experimental.ppo import PPOConfig, PPOTrainer
     from trl.experimental.ppo.ppo_trainer import INVALID_LOGPROB, forward, masked_mean, masked_whiten
     from trl.experimental.utils import empty_cache, first_true_indices, get_reward
@@ -390,19 +420,11 @@ def side_trl(bench: argparse.Namespace) -> dict:
 
     if trl.__version__ != TRL_VERSION:
         raise SystemExit(f"trl {trl.__version__} in {sys.executable}; this side needs trl {TRL_VERSION}")
-    transformers.logging.set_verbosity_error()
-    torch.set_num_threads(bench.threads)
-    torch.manual_seed(bench.seed)
     np.random.seed(bench.seed)
-    raw = make_samples(bench, vocab_size(bench.model_path))
+    # As TRL's PPO example script loads them: a left-padding tokenizer, the policy (trl_start), its
+    # reference, and a sequence-classification value model (its score head new) from the same weights.
+    raw, tokenizer, policy = trl_start(bench)
     n, m, micro = bench.samples, bench.minibatch, bench.micro_batch
-
-    # As TRL's PPO example script loads them: a left-padding tokenizer, the policy, its reference, and a
-    # sequence-classification value model (its score head new) from the same weights.
-    tokenizer = AutoTokenizer.from_pretrained(bench.model_path, padding_side="left")
-    if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= LOWEST_ID:
-        raise SystemExit(f"pad token id {tokenizer.pad_token_id}: not below {LOWEST_ID}, as the bench needs")
-    policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
     ref_policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
     value_model = AutoModelForSequenceClassification.from_pretrained(
         bench.model_path, num_labels=1, dtype=torch.float32
@@ -639,27 +661,18 @@ def side_trl_grpo(bench: argparse.Namespace) -> dict:
     import functools
     import warnings
 
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module="trl")
+    quiet_trl()
+    warnings.filterwarnings("ignore", category=UserWarning, module="trl")  # its advice on GRPOConfig values
     import torch
     import transformers
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
     from trl.trainer.utils import nanstd, pad
 
-    transformers.logging.set_verbosity_error()
-    torch.set_num_threads(bench.threads)
-    torch.manual_seed(bench.seed)
     g = bench.group_size
-    raw = make_samples(bench, vocab_size(bench.model_path), g)
+    raw, tokenizer, policy = trl_start(bench, g)
     n, m, micro = bench.samples, bench.minibatch, bench.micro_batch
-
-    tokenizer = AutoTokenizer.from_pretrained(bench.model_path, padding_side="left")
-    if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= LOWEST_ID:
-        raise SystemExit(f"pad token id {tokenizer.pad_token_id}: not below {LOWEST_ID}, as the bench needs")
-    policy = AutoModelForCausalLM.from_pretrained(bench.model_path, dtype=torch.float32)
 
     def never_called(prompts, completions, **_):  # rewards come from the synthetic batch
         raise RuntimeError("bench: the reward function is not called (no generation)")
