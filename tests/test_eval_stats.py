@@ -175,6 +175,20 @@ def test_scores_failed_count_zero_and_mc():
         assert 0.0 <= lo <= agg["metrics"][key] <= hi <= 1.0
 
 
+def test_percent_means_of_episodes_agree_with_the_question_rows():
+    """PPO's held-out numbers (`percent_means`): `aggregate`'s means and intervals, in percent; a failed
+    episode scores 0 as in `question_rows`."""
+    rows = scores.question_rows([ep.question for ep in EPISODES], {ep.question.id: ep for ep in EPISODES})
+    agg, means = scores.aggregate(rows), scores.percent_means(EPISODES)
+    assert list(means) == ["em", "f1", "cover_em"]
+    for key, summary in means.items():
+        assert summary["mean"] == pytest.approx(100 * agg["metrics"][key])
+        assert summary["ci95"] == pytest.approx([100 * x for x in agg["ci95"][key]])
+    assert scores.percent_means([]) == {
+        m: {"mean": 0.0, "ci95": [0.0, 0.0]} for m in ("em", "f1", "cover_em")
+    }
+
+
 def test_bootstrap_interval_is_seeded_and_narrows_with_more_questions():
     assert scores.bootstrap_ci([]) == (0.0, 0.0)
     assert scores.bootstrap_ci([0.5] * 10) == (0.5, 0.5)  # no spread, no uncertainty

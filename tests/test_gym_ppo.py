@@ -106,8 +106,8 @@ def test_gym_recipe_rewards_every_act_with_the_critics_score(
     f1 = {ep.id: ep.leaves()[0].rewards["f1"] for ep in episodes}
     assert any(s.reward != f1[s.episode] for s in samples)  # not the broadcast outcome
 
-    trained = ppo.trained(run, samples, skipped)
-    exp = ppo.advantages(run, trained)
+    trained, ids = ppo.trained(run, samples, skipped)
+    exp = ppo.advantages(run, trained, ids)
     assert [s.reward for s in exp.samples] == [by_node[(s.episode, s.node)].reward for s in trained]
     meters = ppo.update(run, exp, 0)
     assert "actor" in meters.means()[1]

@@ -269,7 +269,7 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
     from ragteam.metrics.judge import LLMJudge
     from ragteam.serve.llm import make_app
     from ragteam.serve.testing import BackgroundServer
-    from ragteam.train import ppo
+    from ragteam.train.ppo_rewards import judge_leaves
 
     run, episodes, _, _ = tiny_run
     first = episodes[0].leaves()[0]
@@ -277,7 +277,7 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
     with BackgroundServer(make_app(RuleJudge(), "judge")) as srv:
         run.judge = LLMJudge(OpenAIChatModel(srv.url, "judge", retries=0))
         try:
-            ppo.judge_leaves(run, episodes)
+            judge_leaves(run, episodes)
         finally:
             run.judge = None
     verdicts = [ep.leaves()[0].rewards["judge"] for ep in episodes]
@@ -539,9 +539,9 @@ def test_a_group_estimator_trains_without_a_critic_on_groups_of_episodes(
     }
     assert len(selector_ids) > 2  # members are sampled apart, not copies of one sample
     samples, skipped = ppo.credit(run, episodes)
-    train = ppo.trained(run, samples, skipped)
+    train, ids = ppo.trained(run, samples, skipped)
     assert {s.role for s in train} == {"generator"} and skipped["role_not_trained"] == 6
-    exp = ppo.advantages(run, train)
+    exp = ppo.advantages(run, train, ids)
     assert exp.old_values is None
     for g in {s.group for s in train}:  # grpo: advantages sum to 0 within each question's group
         rows = [i for i, s in enumerate(train) if s.group == g]
@@ -580,6 +580,57 @@ def test_a_runaway_role_is_warned_about() -> None:
     assert runaway(run, {"roles": {"generator": {"entropy": 1.4, "length": 5.2, "kl": 0.0}}}) == []
     warned = runaway(run, {"roles": {"generator": {"entropy": 3.3, "length": 19.5, "kl": 0.6}}})
     assert len(warned) == 3 and all(w.startswith("generator:") for w in warned)
+
+
+def test_the_runaway_baseline_is_the_median_of_the_first_iterations() -> None:
+    """A low first iteration (other questions) no longer sets the baseline alone: against the median of the
+    first three, 2.3 nats is no runaway (against the first alone it was); a doubling of that median is."""
+    from types import SimpleNamespace
+
+    from ragteam.train.ppo_log import runaway
+
+    def warnings(entropies: list[float]) -> list[list[str]]:
+        run = SimpleNamespace(state={})
+        return [runaway(run, {"roles": {"generator": {"entropy": e, "length": 5.0}}}) for e in entropies]
+
+    assert warnings([1.1, 1.0]) == [[], []]
+    assert warnings([1.1, 2.3])[1]  # from iteration 2 on, against what is known so far
+    quiet = warnings([0.6, 1.3, 1.4, 2.0, 2.3, 2.5])  # the first iteration alone would warn at 2.0 and on
+    assert quiet == [[]] * 6
+    assert warnings([0.6, 1.3, 1.4, 2.0, 2.8])[-1] == ["generator: entropy 1.30 -> 2.80 nats/token"]
+    run = SimpleNamespace(
+        state={"baseline": {"generator": {"entropy": 0.6, "length": 5.0}}}
+    )  # an old checkpoint
+    assert runaway(run, {"roles": {"generator": {"entropy": 1.7, "length": 5.0}}})  # keeps its baseline
+
+
+def test_trained_computes_the_group_ids_once_for_the_kept_samples() -> None:
+    """The uninformative-group filter drops whole question groups, so the ids `trained` keeps name the same
+    groups and forks as `group_ids` of the kept samples."""
+    from types import SimpleNamespace
+
+    from ragteam.train import ppo
+    from ragteam.train.experience import group_ids
+
+    def sample(episode: str, group: str, reward: float, parent: int | None = None) -> Sample:
+        return Sample(episode, 0, "actor", [1], [2], reward, group=group, parent=parent)
+
+    samples = [
+        sample("a#0", "a", 1.0), sample("a#1", "a", 0.0),  # differ: kept
+        sample("b#0", "b", 0.5), sample("b#1", "b", 0.5),  # alike: dropped
+        sample("c", "c", 0.0, parent=4), sample("c", "c", 1.0, parent=4),  # a fork that differs: kept
+        sample("d", "d", 1.0, parent=2), sample("d", "d", 1.0, parent=2),  # a fork alike: dropped
+    ]  # fmt: skip
+    opts = SimpleNamespace(train_roles=[], skip_uninformative=True, advantage="tree")
+    skipped: dict[str, int] = {}
+    kept, ids = ppo.trained(SimpleNamespace(cfg=SimpleNamespace(ppo=opts)), samples, skipped)
+    assert [s.episode for s in kept] == ["a#0", "a#1", "c", "c"] and skipped == {"uninformative_group": 4}
+
+    def partition(x: torch.Tensor) -> list[list[bool]]:
+        return [[bool(a == b and a >= 0) for b in x.tolist()] for a in x.tolist()]
+
+    for got, want in zip(ids, group_ids(kept)):
+        assert partition(got) == partition(want)
 
 
 def test_target_kl_stops_the_update_once_the_policy_has_moved(hotpot_small: Path, tmp_path: Path) -> None:

@@ -89,6 +89,19 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+def percent_means(episodes: Sequence[Episode], metrics: Sequence[str] = ANSWER_METRICS) -> dict[str, Any]:
+    """`{metric: {"mean", "ci95"}}` in percent over the episodes' recorded scores (`episode_scores`), an
+    episode that failed or reached no answer scoring 0 as in `question_rows`: the held-out numbers PPO logs
+    after its greedy rollouts, with no question list to join on."""
+    scores = [episode_scores(ep) or {} for ep in episodes]
+    out: dict[str, Any] = {}
+    for metric in metrics:
+        values = [100.0 * s.get(metric, 0.0) for s in scores]
+        lo, hi = bootstrap_ci(values)
+        out[metric] = {"mean": float(np.mean(values)) if values else 0.0, "ci95": [lo, hi]}
+    return out
+
+
 def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Means of each metric over the rows that have it, their 95 % bootstrap intervals (`ci95`), the number
     of failed questions, and counts."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -35,6 +36,7 @@ from ragteam.rollout.groups import group_of
 from ragteam.rollout.tree import Episode
 
 __all__ = [
+    "GroupIds",
     "Packed",
     "Sample",
     "group_ids",
@@ -129,10 +131,18 @@ def _allowed_ids(constraint: dict | None, completion_ids: list[int]) -> list[int
     return sorted({int(i) for i in allowed} | set(completion_ids))
 
 
-def group_ids(samples: Sequence[Sample]) -> tuple[Tensor, Tensor, Tensor]:
-    """The ids the advantage estimators and the per-role normalisation read, each [B] long:
-    `index` (one question group and role), `siblings` (one parent node, episode and role; -1 for an act
-    with no sibling: nothing forked there) and `roles` (one role)."""
+class GroupIds(NamedTuple):
+    """The ids the advantage estimators and the per-role normalisation read, each [B] long: `index` (one
+    question group and role), `siblings` (one parent node, episode and role; -1 for an act with no sibling:
+    nothing forked there) and `roles` (one role)."""
+
+    index: Tensor
+    siblings: Tensor
+    roles: Tensor
+
+
+def group_ids(samples: Sequence[Sample]) -> GroupIds:
+    """The samples' `GroupIds`, numbered in order of first appearance."""
 
     def ids(keys: list) -> Tensor:
         table: dict = {}
@@ -142,18 +152,19 @@ def group_ids(samples: Sequence[Sample]) -> tuple[Tensor, Tensor, Tensor]:
     fork = ids([(s.episode, s.parent, s.role) for s in samples])
     size = torch.bincount(fork)
     siblings = torch.where(size[fork] > 1, fork, torch.full_like(fork, -1))
-    return index, siblings, ids([s.role for s in samples])
+    return GroupIds(index, siblings, ids([s.role for s in samples]))
 
 
-def informative(samples: Sequence[Sample]) -> list[bool]:
+def informative(samples: Sequence[Sample], ids: GroupIds | None = None) -> list[bool]:
     """Per sample: does a group baseline learn anything from it? True when the other samples of its
     question group, or of its fork, were credited differently. A group whose samples all scored alike gets
     advantage 0 from every group estimator (so no gradient), and GRPO's division by the group's std would
-    blow tiny KL differences up to +-1: DAPO's dynamic sampling drops such groups before the update."""
-    index, siblings, _ = group_ids(samples)
+    blow tiny KL differences up to +-1: DAPO's dynamic sampling drops such groups before the update. `ids`:
+    the samples' `group_ids`, when the caller has them already."""
+    index, siblings, _ = ids if ids is not None else group_ids(samples)
     spread: dict[tuple[str, int], tuple[float, float]] = {}
-    for kind, ids in (("q", index), ("f", siblings)):
-        for s, g in zip(samples, ids.tolist()):
+    for kind, of in (("q", index), ("f", siblings)):
+        for s, g in zip(samples, of.tolist()):
             if g >= 0:
                 lo, hi = spread.get((kind, g), (s.reward, s.reward))
                 spread[(kind, g)] = (min(lo, s.reward), max(hi, s.reward))

@@ -29,8 +29,9 @@ Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
 6. checkpoint  - every `--save-every` iterations (`ppo_checkpoint.py`); `--resume` continues after the
                  newest one, losing and repeating no update.
 
-Building the run is `ppo_run.py`; the log row and the guards that watch it (entropy, KL and reply length
-running away, per role) are `ppo_log.py`. Output in `--out`: the final policy (a model folder), its critic
+Building the run is `ppo_run.py`; the judge's and the process reward model's rewards, put on the trees
+before credit, `ppo_rewards.py`; the log row and the guards that watch it (entropy, KL and reply length
+running away, per role) `ppo_log.py`. Output in `--out`: the final policy (a model folder), its critic
 (`OUT/critic/`, when there is one), `log.jsonl`, `runs/` (TensorBoard), `wandb/` (--report-to wandb),
 `curves.png`, `checkpoint-N/`, `config.yaml`.
 """
@@ -50,7 +51,7 @@ from torch import Tensor
 from ragteam.credit import get_credit
 from ragteam.rollout.traces import write_episodes
 from ragteam.rollout.tree import Episode
-from ragteam.stats.scores import bootstrap_ci, episode_scores
+from ragteam.stats.scores import percent_means
 from ragteam.train.actor_critic import completion_logprobs
 from ragteam.train.advantages import get_advantage, normalize
 from ragteam.train.distributed import (
@@ -63,6 +64,7 @@ from ragteam.train.distributed import (
     split_tokens,
 )
 from ragteam.train.experience import (
+    GroupIds,
     Sample,
     group_ids,
     informative,
@@ -76,6 +78,7 @@ from ragteam.train.meters import PhaseTimer, RoleMeters
 from ragteam.train.ppo_checkpoint import load_checkpoint, save_checkpoint
 from ragteam.train.ppo_config import PPOConfig, with_recipe
 from ragteam.train.ppo_log import iteration_row, log_iteration, open_scalars
+from ragteam.train.ppo_rewards import judge_leaves, score_acts
 from ragteam.train.ppo_run import Experience, Iteration, Trainer, build
 from ragteam.train.sync import SharedModule
 
@@ -136,36 +139,9 @@ def push(trainer: Trainer, iteration: int) -> None:
     trainer.dist.barrier()
 
 
-def judge_leaves(trainer: Trainer, episodes: list[Episode]) -> None:
-    """`--ppo.reward judge`: the LLM judge's verdict (1/0) on every answered leaf, as its `judge` reward, in
-    one batched call per iteration; failed and truncated leaves stay unjudged (worth 0 in credit)."""
-    from ragteam.metrics.judge import LLMJudge
-
-    if trainer.judge is None:
-        trainer.judge = LLMJudge(trainer.cfg.judge.chat_model())
-    leaves = [(ep, lf) for ep in episodes for lf in ep.leaves() if lf.status == "ok"]
-    verdicts = trainer.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
-    for (_, leaf), v in zip(leaves, verdicts):
-        leaf.rewards["judge"] = v
-
-
-def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
-    """`--ppo.process-reward critic` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
-    `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
-    the critic scores candidates at inference (`CriticScorer`), in one batched call per iteration; the
-    `process` credit then gives each act its own score."""
-    from ragteam.llm.critic import CriticModel
-
-    if trainer.prm is None:
-        trainer.prm = CriticModel.from_config(trainer.cfg.critic)
-    acts = [n for ep in episodes for n in ep.policy_nodes() if n.messages is not None]
-    scores = trainer.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
-    for node, value in zip(acts, scores):
-        node.score = float(value)
-
-
 def credit(trainer: Trainer, episodes: list[Episode]) -> tuple[list[Sample], dict[str, int]]:
-    """Phase 2: one reward per policy node (the recipe's credit function), one Sample per credited node."""
+    """Phase 2: one reward per policy node (the recipe's credit function), one Sample per credited node; the
+    judge's verdicts and the process reward model's scores are put on the trees first (`ppo_rewards.py`)."""
     if trainer.cfg.ppo.reward == "judge":
         judge_leaves(trainer, episodes)
     if trainer.cfg.ppo.process_reward == "critic":
@@ -176,27 +152,33 @@ def credit(trainer: Trainer, episodes: list[Episode]) -> tuple[list[Sample], dic
     )
 
 
-def trained(trainer: Trainer, samples: list[Sample], skipped: dict[str, int]) -> list[Sample]:
-    """The samples the update trains on, the others counted in `skipped`: those of the roles
-    `--ppo.train-roles` names (all when empty) and, under a group estimator, those of a group that scored
-    alike (`--ppo.skip-uninformative`: their advantage is 0, so scoring and back-propagating them buys
-    nothing)."""
+def trained(
+    trainer: Trainer, samples: list[Sample], skipped: dict[str, int]
+) -> tuple[list[Sample], GroupIds]:
+    """The samples the update trains on and their `group_ids`, the others counted in `skipped`: those of the
+    roles `--ppo.train-roles` names (all when empty) and, under a group estimator, those of a group that
+    scored alike (`--ppo.skip-uninformative`: their advantage is 0, so scoring and back-propagating them buys
+    nothing). The ids are computed once, before the filter: it drops whole question groups (a group that
+    scored alike has forks that scored alike), so the kept samples' ids name the same groups and forks."""
     opts = trainer.cfg.ppo
     kept = [s for s in samples if s.role in opts.train_roles] if opts.train_roles else samples
     if len(kept) < len(samples):
         skipped["role_not_trained"] = len(samples) - len(kept)
+    ids = group_ids(kept)
     if opts.skip_uninformative and get_advantage(opts.advantage).groups:
-        useful = [s for s, ok in zip(kept, informative(kept)) if ok]
-        if len(useful) < len(kept):
-            skipped["uninformative_group"] = len(kept) - len(useful)
-        kept = useful
-    return kept
+        useful = informative(kept, ids)
+        if not all(useful):
+            skipped["uninformative_group"] = len(useful) - sum(useful)
+            keep = torch.tensor(useful, dtype=torch.bool)
+            kept, ids = [s for s, ok in zip(kept, useful) if ok], GroupIds(*(x[keep] for x in ids))
+    return kept, ids
 
 
 @torch.no_grad()
-def advantages(trainer: Trainer, samples: list[Sample]) -> Experience:
+def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = None) -> Experience:
     """Phase 3: old log-probs (and values) under the current weights, reference log-probs, token rewards,
-    then the configured estimator over the samples' groups and the configured normalisation."""
+    then the configured estimator over the samples' groups (`ids`, from `trained`; computed when not given)
+    and the configured normalisation."""
     cfg, dev = trainer.cfg.ppo, trainer.device
     critic = trainer.ac.has_critic
     n, longest = len(samples), max(len(s.completion_ids) for s in samples)
@@ -232,7 +214,7 @@ def advantages(trainer: Trainer, samples: list[Sample]) -> Experience:
     kl = kl_penalty(old_logp, ref_logp, cfg.kl_estimator) * mask
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32, device=dev)
     rewards = token_rewards(scores, kl, mask, trainer.kl.beta)
-    index, siblings, roles = (x.to(dev) for x in group_ids(samples))
+    index, siblings, roles = (x.to(dev) for x in (ids if ids is not None else group_ids(samples)))
     adv, returns = get_advantage(cfg.advantage).fn(
         rewards, mask, values if critic else None, index, siblings=siblings, gamma=cfg.gamma, lam=cfg.lam
     )
@@ -386,13 +368,9 @@ def evaluate(trainer: Trainer) -> dict[str, Any]:
     if trainer.dist.main:
         trace.parent.mkdir(parents=True, exist_ok=True)
         write_episodes(trace, episodes)
-    scores = [episode_scores(ep) or {} for ep in episodes]
-    out: dict[str, Any] = {"questions": len(scores), "seconds": round(time.perf_counter() - t0, 1)}
+    out: dict[str, Any] = {"questions": len(episodes), "seconds": round(time.perf_counter() - t0, 1)}
     out["trace"] = str(trace.relative_to(trainer.out))
-    for metric in ("em", "f1", "cover_em"):
-        values = [100.0 * s.get(metric, 0.0) for s in scores]
-        lo, hi = bootstrap_ci(values)
-        out[metric] = {"mean": float(np.mean(values)), "ci95": [lo, hi]}
+    out |= percent_means(episodes)
     out["invalid"] = invalid_action_stats(episodes)
     strategy = strategy_stats(episodes)
     if strategy:
@@ -425,11 +403,11 @@ def train_ppo(cfg: PPOConfig) -> Path:
 
         with timer("credit"):
             step.samples, step.skipped = credit(trainer, step.episodes)
-            step.trained = trained(trainer, step.samples, step.skipped)
+            step.trained, ids = trained(trainer, step.samples, step.skipped)
 
         if step.trained:
             with timer("advantages"):
-                step.exp = advantages(trainer, step.trained)
+                step.exp = advantages(trainer, step.trained, ids)
 
             with timer("update"):
                 step.meters = update(trainer, step.exp, it)

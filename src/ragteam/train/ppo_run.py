@@ -72,7 +72,7 @@ class Trainer:
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
     prm: Any = None  # the process reward model of --ppo.process-reward critic (--critic.model), on first use
     resume_from: Path | None = None  # the checkpoint this run continues (its weights are loaded already)
-    # what a checkpoint restores: updates done, tokens generated, the first iteration's per-role statistics
+    # what a checkpoint restores: updates done, tokens generated, the first iterations' per-role statistics
     # (the baseline `ppo_log.runaway` compares later ones with)
     state: dict[str, Any] = field(
         default_factory=lambda: {"iteration": 0, "generated_tokens": 0, "baseline": {}}

@@ -1,0 +1,44 @@
+"""PPO's reward sources besides the answer metrics: the LLM judge's verdicts (`--ppo.reward judge`) and the
+process reward model's scores (`--ppo.process-reward critic`).
+
+Both are written onto the episode trees (a leaf's `judge` reward, an act's `score`) before the `credit` phase
+runs, because a credit function is a pure function of a tree: it reads rewards and scores where the engine
+puts the answer metrics, and does not know which model produced them. Each is one batched call per iteration,
+and each model is built on first use (`trainer.judge`, `trainer.prm`), so a run that uses neither never loads
+one; their modules are imported lazily for the same reason.
+"""
+
+from __future__ import annotations
+
+from ragteam.rollout.tree import Episode
+from ragteam.train.ppo_run import Trainer
+
+__all__ = ["judge_leaves", "score_acts"]
+
+
+def judge_leaves(trainer: Trainer, episodes: list[Episode]) -> None:
+    """`--ppo.reward judge`: the LLM judge's verdict (1/0) on every answered leaf, as its `judge` reward, in
+    one batched call per iteration; failed and truncated leaves stay unjudged (worth 0 in credit)."""
+    from ragteam.metrics.judge import LLMJudge
+
+    if trainer.judge is None:
+        trainer.judge = LLMJudge(trainer.cfg.judge.chat_model())
+    leaves = [(ep, lf) for ep in episodes for lf in ep.leaves() if lf.status == "ok"]
+    verdicts = trainer.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
+    for (_, leaf), v in zip(leaves, verdicts):
+        leaf.rewards["judge"] = v
+
+
+def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
+    """`--ppo.process-reward critic` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
+    `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
+    the critic scores candidates at inference (`CriticScorer`), in one batched call per iteration; the
+    `process` credit then gives each act its own score."""
+    from ragteam.llm.critic import CriticModel
+
+    if trainer.prm is None:
+        trainer.prm = CriticModel.from_config(trainer.cfg.critic)
+    acts = [n for ep in episodes for n in ep.policy_nodes() if n.messages is not None]
+    scores = trainer.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
+    for node, value in zip(acts, scores):
+        node.score = float(value)
