@@ -2,48 +2,51 @@
 
 They are `ragteam index`'s nested flags (`--bm25.heap-mb`, `--dense.index ivf`, `--dense.nprobe`, ...) and
 the keyword arguments `index.build_index` takes. The defaults suit the benchmark corpora (thousands of
-passages: exact search, one shard); docs/scaling.md says what to pick for millions. `EncoderFields`, the
-dense encoder's pooling, normalisation and query prefix, is shared with the retriever's settings
-(`retrieval.config.RetrieverConfig`), which import it from here.
+passages: exact search, one shard); docs/scaling.md says what to pick for millions. The dense
+encoder's pooling, normalisation and query prefix (`Pooling`, `Normalize`, `QueryPrefix`) are field types
+shared with the retriever's settings (`retrieval.config.RetrieverConfig`), which import them from here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from ragteam.config import Config
 
-
-class EncoderFields(Config):
-    """The dense encoder's settings that an index records and its searches must repeat: pooling, normalisation
-    and query prefix. Declared once for both their uses: `DenseBuild` (`--dense.*`: an index build embeds its
-    passages with them and records them) and `RetrieverConfig` (`--retriever.*`: a search embeds its queries
-    with them, and an index built from --data or --corpus is built with them). So each description says what
-    None means in both: the values the index records when one is searched, else (a build, or an index too old
-    to record them) what a sentence-transformers folder declares. A search whose values differ from the ones
-    the index records is an error (`dense.check_settings`)."""
-
-    pooling: Literal["mean", "cls"] | None = Field(
-        None,
+# The dense encoder's settings that an index records and its searches must repeat, declared once for both
+# their uses: `DenseBuild` (`--dense.*`: a build embeds its passages with them and records them) and
+# `RetrieverConfig` (`--retriever.*`: a search embeds its queries with them, and an index built from --data or
+# --corpus is built with them). So each description says what None means in both: the value the index records
+# when one is searched, else (a build, or an index too old to record it) what a sentence-transformers folder
+# declares. A search whose values differ from the recorded ones is an error (`dense.check_settings`). They are
+# field types, not a base class, so each config lists them where they belong among its own fields.
+Pooling = Annotated[
+    Literal["mean", "cls"] | None,
+    Field(
         description="dense encoder: token states -> one vector: mean over the tokens (Contriever) or cls, the "
         "first token (BGE); none: the one the index records (searching it), else what a sentence-transformers "
         "folder declares (a plain transformers folder must say)",
-    )
-    normalize: bool | None = Field(
-        None,
+    ),
+]
+Normalize = Annotated[
+    bool | None,
+    Field(
         description="dense encoder: L2-normalise the vectors (search by cosine: BGE, MiniLM) or not (dot "
         "product: Contriever); none: what the index records (searching it), else what a sentence-transformers "
         "folder declares, else not",
-    )
-    query_prefix: str | None = Field(
-        None,
+    ),
+]
+QueryPrefix = Annotated[
+    str | None,
+    Field(
         description="dense encoder: text put before each query, never a passage (BGE: 'Represent this sentence "
         "for searching relevant passages: '), recorded in an index built with it; none: the one the index "
         "records (searching it), else the folder's `query` prompt, else nothing",
-    )
+    ),
+]
 
 
 class BM25Build(Config):
@@ -60,7 +63,7 @@ class BM25Build(Config):
     )
 
 
-class DenseBuild(EncoderFields):
+class DenseBuild(Config):
     """How passages are embedded, stored (row shards of .npy) and indexed for search."""
 
     index: Literal["flat", "ivf", "hnsw"] = Field(
@@ -110,6 +113,9 @@ class DenseBuild(EncoderFields):
         "(its pooling and normalisation are read from it; BGE) or a transformers folder with --dense.pooling "
         "(Contriever: --dense.pooling mean --no-dense.normalize); recorded in the index, whose queries use it",
     )
+    pooling: Pooling = None
+    normalize: Normalize = None
+    query_prefix: QueryPrefix = None
     part: str | None = Field(
         None,
         description="I/N: embed only the shards whose number modulo N is I (0-based), for N processes (e.g. one "

@@ -6,10 +6,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ragteam.retrieval.build_config import EncoderFields
+from ragteam.config import Config
+from ragteam.retrieval.build_config import Normalize, Pooling, QueryPrefix
 
 
-class RetrieverConfig(EncoderFields):
+class RetrieverConfig(Config):
     """How to open a retriever (`factory.open_retriever`)."""
 
     kind: Literal["bm25", "dense", "hybrid", "remote"] = Field(
@@ -48,6 +49,9 @@ class RetrieverConfig(EncoderFields):
         "read from it) or a transformers folder with --retriever.pooling (Contriever-MSMARCO: mean, "
         "--no-retriever.normalize); an index built here from --data or --corpus is built with it",
     )
+    pooling: Pooling = None
+    normalize: Normalize = None
+    query_prefix: QueryPrefix = None
     timeout: float = Field(30.0, gt=0, description="remote: seconds per HTTP request")
     retries: int = Field(3, ge=0, description="remote: retries on connection errors, timeouts and 5xx/429")
 
