@@ -206,3 +206,35 @@ def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
     assert "em" in rows[-1]["reward"] and (out / "model.safetensors").is_file()
     resolved = (out / "config.yaml").read_text()
     assert "credit: outcome" in resolved and "reward: em" in resolved  # the example's recipe applied
+
+
+# ---- the format reward (credit `search_r1_format`) ----------------------------------------------------------
+
+
+def test_the_format_reward_pays_an_answer_in_the_format_and_nothing_else(on_path):
+    """A chain policy -> retrieve -> policy -> answer: an `<answer>`-ended leaf earns lambda_f + (1 - lambda_f)
+    x its metric on both acts; an episode that ran out of turns earns 0 whatever its metric says; the
+    credit survives the package being imported a second time (registration replaces itself)."""
+    from search_r1.rewards import FORMAT_SHARE
+
+    from ragteam.credit import get_credit
+    from ragteam.rollout.tree import Episode, Node
+    from ragteam.types import Question
+
+    def chain(stop: str, f1: float) -> Episode:
+        ep = Episode(
+            id="q", workflow="search-r1", question=Question(id="q", question="Who?", golden_answers=["A"])
+        )
+        ep.add(Node(id=-1, parent=None, kind="policy", role="agent"))
+        ep.add(Node(id=-1, parent=0, kind="retrieve", queries=["who"]))
+        ep.add(Node(id=-1, parent=1, kind="policy", role="agent"))
+        ep.add(Node(id=-1, parent=2, kind="answer", answer="A", info={"stop": stop}, rewards={"f1": f1}))
+        return ep
+
+    credit = get_credit("search_r1_format")
+    assert credit(chain("answer", 0.5), "f1") == pytest.approx({0: 0.6, 2: 0.6})  # 0.2 + 0.8 x 0.5
+    assert credit(chain("answer", 0.0), "f1") == pytest.approx({0: FORMAT_SHARE, 2: FORMAT_SHARE})
+    assert credit(chain("max_turns", 1.0), "f1") == {0: 0.0, 2: 0.0}
+    _forget()
+    importlib.import_module("search_r1")  # registers again: the same function, no error
+    assert get_credit("search_r1_format")(chain("answer", 1.0), "f1") == pytest.approx({0: 1.0, 2: 1.0})

@@ -55,15 +55,21 @@ CREDITS: dict[str, CreditFn] = {}
 
 
 def register_credit(name: str) -> Callable[[CreditFn], CreditFn]:
-    """Decorator: register a credit function under `name` (a name may be registered once)."""
+    """Decorator: register a credit function under `name` (a name may be registered once). The same function
+    registered again, by its module imported a second time (a reload, a test that re-imports a package),
+    replaces itself; another function under a taken name is an error."""
 
     def deco(fn: CreditFn) -> CreditFn:
-        if name in CREDITS:
+        if name in CREDITS and _origin(CREDITS[name]) != _origin(fn):
             raise ValueError(f"credit {name!r} is already registered ({CREDITS[name].__qualname__})")
         CREDITS[name] = fn
         return fn
 
     return deco
+
+
+def _origin(fn: CreditFn) -> tuple[str, str]:
+    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
 
 
 def get_credit(name: str) -> CreditFn:

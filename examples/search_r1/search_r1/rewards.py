@@ -1,0 +1,53 @@
+"""A format reward for Search-R1: the outcome reward, plus a share for ending in the `<answer>` format.
+
+Search-R1's reward is the final answer's exact match alone. Its authors' follow-up study of the design
+choices (Jin et al., 2025, arXiv:2505.15117, "An Empirical Study on Reinforcement Learning for
+Reasoning-Search Interleaved LLM Agents") found that a format reward speeds and improves learning: a reply
+in the format that answers wrongly still earns lambda_f, a correct one earns 1. A policy too small to follow
+the tags from the prompt alone needs it most: sampled at temperature 1, untrained SmolLM2-135M ended 13 of
+64 training episodes with an `<answer>` tag and every one of those scored F1 0, so an answer-only reward was 0
+for every sample of every group and a group estimator had nothing to compare (docs/results.md, issue 22).
+
+Here "in the format" means the episode ended with the policy's own `<answer>` (`Answer.info["stop"]`), and
+the answer's metric is the run's `--ppo.reward` (em, f1, ...): an answered episode earns
+lambda_f + (1 - lambda_f) x metric, any other 0. Every policy act of a path gets its answer's reward, as
+`outcome` credit does (the mean over the leaves below an act, where a rollout forks).
+
+    ragteam train ppo --recipe examples/search_r1/search-r1.yaml --ppo.credit search_r1_format ...
+"""
+
+from __future__ import annotations
+
+from ragteam import register_credit
+
+FORMAT_SHARE = 0.2
+"""lambda_f: what an answer in the format earns however wrong it is (our choice, set before any run)."""
+
+
+def shaped(leaf, reward) -> float:
+    """The reward of one answer leaf: lambda_f + (1 - lambda_f) x its metric when the policy answered in the
+    format and the leaf is ok, else 0."""
+    if leaf.status != "ok" or leaf.info.get("stop") != "answer":
+        return 0.0
+    metric = reward(leaf) if callable(reward) else float(leaf.rewards.get(reward, 0.0))
+    return FORMAT_SHARE + (1.0 - FORMAT_SHARE) * metric
+
+
+@register_credit("search_r1_format")
+def format_outcome(episode, reward) -> dict[int, float]:
+    """Each policy act: the mean `shaped` reward of the answer leaves below it (acts with none get no entry)."""
+    nodes = {n.id: n for n in episode.nodes}
+    total: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for leaf in episode.nodes:
+        if leaf.kind != "answer":
+            continue
+        r = shaped(leaf, reward)
+        parent = leaf.parent
+        while parent is not None:
+            node = nodes[parent]
+            if node.kind == "policy":
+                total[node.id] = total.get(node.id, 0.0) + r
+                count[node.id] = count.get(node.id, 0) + 1
+            parent = node.parent
+    return {i: total[i] / count[i] for i in sorted(total)}
