@@ -8,7 +8,8 @@ never swaps torch for a multi-GB CUDA build). The TRL GRPO side runs the TRL ins
 interpreter's). Each side runs in a fresh process of its own, so its peak memory is its own: `--side ours`
 with this interpreter, `--side trl` with the TRL 1.12 environment's.
 
-Sides (--sides, default all five): ours, ours-shared, trl (PPO with a critic); ours-grpo, trl-grpo (GRPO).
+Sides (--sides, default all six): ours, ours-shared, trl (PPO with a critic); ours-grpo, ours-grpo-prefix,
+trl-grpo (GRPO).
 
 The PPO sides train on the same batch: --samples synthetic acts (seeded: prompt lengths uniform in
 --prompt-tokens, completion lengths uniform in --completion-tokens, random token ids, a random reward in
@@ -41,6 +42,13 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
         not). With beta 0 the reference log-probs are the policy's own (the run's `ref` is the policy: KL 0,
         no second copy in memory, as TRL holds none at beta 0); `ragteam train ppo` itself still loads a
         frozen reference copy at kl_beta 0, one model's weights more than measured here.
+  ours-grpo-prefix  ours-grpo with `--ppo.share-prefix`: the completions of one prompt are packed as one
+        segment, the prompt once (`pack_samples(share_prefix=True)`: a 4D attention mask keeps each completion
+        to the prompt and its own tokens; the scores equal the unshared ones). Its minibatches are --minibatch
+        samples of a seeded shuffle of the prompt groups (whole groups, as `minibatches(share_prefix=True)`
+        keeps them) rather than of the samples, so a group lands in one forward. tokens/s counts the same
+        tokens as every side (each sample's prompt and completion); "computed" counts what its forward
+        passes ran on, each group's prompt once per micro-batch (counted over the timed updates).
   trl   the update part of `PPOTrainer.train()` of trl 1.12.0, copied statement for statement (below, with
         the source's variable names) and run on the trainer's own objects: `PolicyAndValueWrapper`
         (policy + `AutoModelForSequenceClassification` value model) prepared by its `Accelerator`, its
@@ -89,12 +97,13 @@ median seconds; "computed" is what the forward passes run on (TRL: padded rows).
 resident peak over its whole life (loading, advantage pass, updates: ru_maxrss); "update peak" is its
 resident high-water mark over the updates alone (reset through /proc/self/clear_refs just before them; the
 models, the batch and the rest already resident count, the advantage pass's transients do not). Target: ours
->= 1.5x TRL's tokens/s (ours / trl for PPO, ours-grpo / trl-grpo for GRPO: each pair side by side in one run).
+>= 1.5x TRL's tokens/s (ours / trl for PPO, ours-grpo / trl-grpo and ours-grpo-prefix / trl-grpo for GRPO: each
+pair side by side in one run).
 
     # smoke: ~15 s (+ ~1 minute the first time, to create .venv-trl112/)
     .venv/bin/python bench/ppo.py --model tiny --samples 8 --prompt-tokens 50 90 --completion-tokens 8 16 --micro-tokens 256
     # smoke, GRPO sides only (no TRL 1.12 environment needed): seconds
-    .venv/bin/python bench/ppo.py --model tiny --sides ours-grpo trl-grpo --samples 4 --group-size 2 --minibatch 2 --micro-batch 1 --prompt-tokens 20 30 --completion-tokens 4 8 --micro-tokens 128 --repeats 1 --warmup 0
+    .venv/bin/python bench/ppo.py --model tiny --sides ours-grpo ours-grpo-prefix trl-grpo --samples 4 --group-size 2 --minibatch 2 --micro-batch 1 --prompt-tokens 20 30 --completion-tokens 4 8 --micro-tokens 128 --repeats 1 --warmup 0
     # SmolLM2, PPO sides, small: ~10 minutes on 2 busy cores (~80 s per update and side, 11-12 GB peak)
     .venv/bin/python bench/ppo.py --sides ours ours-shared trl --samples 4 --minibatch 2 --repeats 2
     # SmolLM2, GRPO sides: 8 samples = 2 prompts x 4 completions, minibatches of 4 (2 optimizer steps)
@@ -125,9 +134,14 @@ TRL_VERSION = "1.12.0"
 TORCH_VERSION = "2.13.0"
 DEFAULT_VENV = ROOT / ".venv-trl112"
 LOWEST_ID = 100  # random token ids start here: above every special token (pad, eos, chat markers)
-SIDES = ("ours", "ours-shared", "trl", "ours-grpo", "trl-grpo")
-GRPO_SIDES = ("ours-grpo", "trl-grpo")
-PAIRS = (("ours", "trl"), ("ours-shared", "trl"), ("ours-grpo", "trl-grpo"))  # compared, first / second
+SIDES = ("ours", "ours-shared", "trl", "ours-grpo", "ours-grpo-prefix", "trl-grpo")
+GRPO_SIDES = ("ours-grpo", "ours-grpo-prefix", "trl-grpo")
+PAIRS = (
+    ("ours", "trl"),
+    ("ours-shared", "trl"),
+    ("ours-grpo", "trl-grpo"),
+    ("ours-grpo-prefix", "trl-grpo"),
+)  # compared, first / second
 
 
 # ---- the shared batch (standard library only: both environments build it) -------------------------------
@@ -267,7 +281,7 @@ def side_ours(args: argparse.Namespace) -> dict:
     from ragteam.train import ppo
     from ragteam.train.actor_critic import ActorCritic
     from ragteam.train.distributed import SINGLE
-    from ragteam.train.experience import Sample
+    from ragteam.train.experience import Sample, packed_tokens, prompt_groups
     from ragteam.train.losses import KLController
     from ragteam.train.ppo_config import PPOOptions
     from ragteam.train.ppo_run import build_optimizer
@@ -275,7 +289,8 @@ def side_ours(args: argparse.Namespace) -> dict:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    grpo = args.side == "ours-grpo"
+    grpo = args.side in ("ours-grpo", "ours-grpo-prefix")
+    prefix = args.side == "ours-grpo-prefix"  # --ppo.share-prefix
     raw = make_samples(args, vocab_size(args.model_path), group_size_of(args.side, args))
     longest = max(len(s["prompt"]) + len(s["completion"]) for s in raw)
     if longest > args.micro_tokens:
@@ -301,6 +316,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         minibatch_tokens=args.minibatch * longest,  # unused: the split is by sample count (see below)
         micro_tokens=args.micro_tokens,
         max_sample_tokens=max(32, longest),
+        share_prefix=prefix,
         **critic_free,
     )
     optimizer = build_optimizer(ac, opts, torch.device("cpu"))
@@ -334,10 +350,15 @@ def side_ours(args: argparse.Namespace) -> dict:
     # (`update` calls `minibatches` with its seeded generator; its micro-batch split is `micro_batches`).
     token_split = ppo.minibatches
 
-    def sample_split(items, max_tokens, generator=None):
+    # ours-grpo-prefix: the shuffle is of whole prompt groups (as `minibatches(share_prefix=True)` draws it)
+    def sample_split(items, max_tokens, generator=None, share_prefix=False):
         if generator is None:
-            return token_split(items, max_tokens, generator=None)
-        order = torch.randperm(len(items), generator=generator).tolist()
+            return token_split(items, max_tokens, generator=None, share_prefix=share_prefix)
+        if share_prefix:
+            groups = prompt_groups(items, range(len(items)))
+            order = [i for g in torch.randperm(len(groups), generator=generator).tolist() for i in groups[g]]
+        else:
+            order = torch.randperm(len(items), generator=generator).tolist()
         return [order[i : i + args.minibatch] for i in range(0, len(order), args.minibatch)]
 
     ppo.minibatches = sample_split
@@ -351,6 +372,15 @@ def side_ours(args: argparse.Namespace) -> dict:
     )
     steps = [0]
     optimizer.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
+    ran = [0]  # ours-grpo-prefix: the real tokens its packed batches held, over every update
+    if prefix:
+        pack = ppo.pack_samples
+
+        def counted(batch, *a, **kw):
+            ran[0] += packed_tokens(batch, kw.get("share_prefix", False))
+            return pack(batch, *a, **kw)
+
+        ppo.pack_samples = counted
 
     def update(i: int) -> None:
         ppo.update(run, exp, i)
@@ -358,6 +388,13 @@ def side_ours(args: argparse.Namespace) -> dict:
     measured = time_updates(args.side, update, args)
     per_update = steps[0] // (args.warmup + args.repeats)
     computed = sum(len(s["prompt"]) + len(s["completion"]) for s in raw)
+    if prefix:  # per epoch, as `result` scales it
+        computed = ran[0] // ((args.warmup + args.repeats) * args.epochs)
+        print(
+            f"  {args.side}: computed {computed} tokens per epoch (unshared: {sum(s.length for s in samples)})",
+            file=sys.stderr,
+            flush=True,
+        )
     extra = {
         "transformers": transformers.__version__,
         "optimizer": "AdamW (" + ("fused" if optimizer.defaults.get("fused") else "foreach") + ")",
@@ -365,7 +402,8 @@ def side_ours(args: argparse.Namespace) -> dict:
     }
     if grpo:
         extra["advantage"] = (
-            f"{opts.advantage} (normalize {opts.normalize}, kl_beta {opts.kl_beta}, critic none)"
+            f"{opts.advantage} (normalize {opts.normalize}, kl_beta {opts.kl_beta}, critic none"
+            + (", share_prefix)" if prefix else ")")
         )
     return result(args.side, raw, args, measured, per_update, computed, extra)
 
@@ -906,7 +944,7 @@ def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) 
         )
     if grpo is not None:
         batches.append(
-            f"GRPO batch (ours-grpo, trl-grpo): {args.samples // args.group_size} prompts x {args.group_size} "
+            f"GRPO batch (ours-grpo, ours-grpo-prefix, trl-grpo): {args.samples // args.group_size} prompts x {args.group_size} "
             f"completions, fingerprint {grpo['fingerprint']}, {grpo['tokens_per_update']} tokens per update"
         )
     print(
@@ -918,12 +956,12 @@ def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) 
         f"tokens, TRL {args.micro_batch} padded samples; median of {args.repeats} update(s) after {args.warmup} "
         f"warm-up, best of {args.rounds} round(s)\n" + "".join(f"{b}\n" for b in batches)
     )
-    head = f"{'side':<11} {'s/update':>9} {'tokens/update':>14} {'computed/update':>16} {'tokens/s':>9}"
+    head = f"{'side':<16} {'s/update':>9} {'tokens/update':>14} {'computed/update':>16} {'tokens/s':>9}"
     print(f"{head} {'steps':>6} {'peak RSS MB':>12} {'update peak MB':>15}")
     for r in results:
         cells = f"{r['median_s']:>9.2f} {r['tokens_per_update']:>14} {r['computed_tokens_per_update']:>16}"
         cells += f" {r['tokens_per_s']:>9.1f} {r['optimizer_steps_per_update']:>6}"
-        print(f"{r['side']:<11} {cells} {r['peak_rss_mb']:>12.0f} {_mb(r['update_peak_mb']):>15}")
+        print(f"{r['side']:<16} {cells} {r['peak_rss_mb']:>12.0f} {_mb(r['update_peak_mb']):>15}")
     print()
     for r in results:
         times = ", ".join(f"{t:.2f}" for t in r["times_s"])
@@ -988,7 +1026,7 @@ def main(argv: list[str] | None = None) -> int:
         default=list(SIDES),
         choices=SIDES,
         help="PPO: ours, ours-shared (value head on the policy's trunk), trl (TRL 1.12's PPO); critic-free "
-        "GRPO: ours-grpo, trl-grpo (TRL's GRPOTrainer); default all",
+        "GRPO: ours-grpo, ours-grpo-prefix (--ppo.share-prefix), trl-grpo (TRL's GRPOTrainer); default all",
     )
     p.add_argument(
         "--trl-venv", type=Path, default=DEFAULT_VENV, help="TRL 1.12 environment (made if missing)"

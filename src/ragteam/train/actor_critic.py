@@ -24,7 +24,7 @@ from ragteam.llm.sampling import mask_logits, whitelist_mask
 from ragteam.train.experience import Packed
 from ragteam.train.losses import entropy_from_logits, token_logprobs
 
-__all__ = ["ActorCritic", "Scored", "completion_logprobs", "full_model", "is_lora"]
+__all__ = ["ActorCritic", "Scored", "completion_logprobs", "full_model", "is_lora", "trunk_mask"]
 
 VALUE_HEAD = "value_head.pt"
 CRITIC_ADAPTER = "trunk_adapter.pt"  # a LoRA critic trunk: its adapter weights (the base is the init model)
@@ -52,8 +52,26 @@ class Scored:
 
 def _gathered_hidden(trunk: nn.Module, batch: Packed) -> Tensor:
     """Final hidden states at the positions that predict completion tokens: [B, T, H]."""
-    hidden = trunk(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
+    extra = {}
+    if batch.attention_mask is not None:  # shared prompts: the packing's own mask, not segments of positions
+        extra["attention_mask"] = trunk_mask(trunk, batch.attention_mask)
+    hidden = trunk(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False, **extra)
     return hidden.last_hidden_state[batch.rows, batch.cols]
+
+
+def trunk_mask(trunk: nn.Module, allowed: Tensor) -> Tensor:
+    """A packed batch's [R, 1, L, L] bool mask (True: may attend) in the form the trunk's attention takes:
+    transformers passes a 4D mask through unchanged, sdpa reads a bool mask, eager adds its mask to the
+    scores (0 where allowed, the dtype's minimum elsewhere). Flash attention takes no such mask."""
+    impl = getattr(getattr(trunk, "config", None), "_attn_implementation", None) or "sdpa"
+    if impl == "sdpa":
+        return allowed
+    if impl == "eager":
+        dtype = next(trunk.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
+    raise ValueError(f"--ppo.share-prefix needs sdpa or eager attention, not {impl}")
 
 
 def completion_logprobs(

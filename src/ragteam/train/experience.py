@@ -14,6 +14,13 @@ into a [B, T] layout, B samples by T = the longest completion, with `mask` marki
 The losses in `train/losses.py` work on that layout unchanged, so GAE runs per sample along its own
 completion.
 
+Shared prompts (`--ppo.share-prefix`): under a group estimator (`--rollout.group-size K`) the K episodes' first
+acts share one prompt, and a tree fork's siblings share their parent's; RAG prompts are ~20x longer than the
+acts. With `share_prefix` such samples are packed as one segment, the prompt once and then each completion
+(position ids continuing from the prompt's length), under a 4D attention mask that keeps each completion to
+the prompt and its own tokens: the same scores as unshared, for about 1/K of the prompt's compute.
+`micro_batches` and `minibatches` then keep a prompt's samples in one batch.
+
 Constrained acts (MMOA-RAG's Selector, `ragteam.llm.constraint`): a completion the backend decoded under a
 token whitelist (`Completion.constraint["allowed_ids"]`) is scored under the same whitelist, so the trainer's
 log-probs are those of the masked policy that sampled it (`Sample.allowed_ids`, `Packed.allowed`; the
@@ -24,7 +31,7 @@ unmasked, as its log-probs were recorded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,7 +50,10 @@ __all__ = [
     "micro_batches",
     "minibatches",
     "pack_samples",
+    "packed_tokens",
+    "prompt_groups",
     "samples_from_episodes",
+    "shared_tokens",
 ]
 
 
@@ -187,6 +197,8 @@ class Packed:
     temperature (its logits are divided by it before they are scored, as they were when it was sampled).
     allowed: [B, A] long, the token whitelist of each constrained sample (-1 pads; a row of -1 is
     unconstrained), or None when no sample of the batch is constrained.
+    attention_mask: [R, 1, L, L] bool (True: the query may attend to the key), set only when the batch shares
+    prompts (`pack_samples(share_prefix=True)`); None: the trunk's own causal mask over position-id segments.
     """
 
     samples: list[Sample]
@@ -198,6 +210,7 @@ class Packed:
     completion_ids: Tensor
     temperature: Tensor
     allowed: Tensor | None = None
+    attention_mask: Tensor | None = None
 
     def to(self, device: torch.device | str) -> Packed:
         return Packed(
@@ -207,17 +220,23 @@ class Packed:
             self.completion_ids.to(device),
             self.temperature.to(device),
             self.allowed.to(device) if self.allowed is not None else None,
+            self.attention_mask.to(device) if self.attention_mask is not None else None,
         )
 
 
-def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_id: int = 0) -> Packed:
+def pack_samples(
+    samples: Sequence[Sample], max_tokens: int | None = None, pad_id: int = 0, share_prefix: bool = False
+) -> Packed:
     """Pack `samples` (in the given order) into rows of at most `max_tokens` tokens (default: the longest
     sample's length), first fit.
 
     Every sample must fit a row on its own (`samples_from_episodes(max_tokens=...)` drops the rest).
+    `share_prefix`: samples with identical prompt ids share one copy of the prompt (`_pack_shared`).
     """
     if not samples:
         raise ValueError("pack_samples: no samples")
+    if share_prefix:
+        return _pack_shared(samples, max_tokens, pad_id)
     if max_tokens is None:
         max_tokens = max(s.length for s in samples)
     row_of: list[int] = []
@@ -252,6 +271,12 @@ def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_i
         cols[b, :n] = torch.arange(start + p - 1, start + p - 1 + n)
         mask[b, :n] = True
         comp[b, :n] = torch.tensor(s.completion_ids)
+    temperature, allowed = _per_sample(samples)
+    return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature, allowed)
+
+
+def _per_sample(samples: Sequence[Sample]) -> tuple[Tensor, Tensor | None]:
+    """The batch's sampling temperatures [B] and token whitelists [B, A] (None: no sample constrained)."""
     temperature = torch.tensor([s.temperature for s in samples], dtype=torch.float32)
     allowed = None
     if any(s.allowed_ids for s in samples):
@@ -259,24 +284,154 @@ def pack_samples(samples: Sequence[Sample], max_tokens: int | None = None, pad_i
         for b, s in enumerate(samples):
             if s.allowed_ids:
                 allowed[b, : len(s.allowed_ids)] = torch.tensor(s.allowed_ids)
-    return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature, allowed)
+    return temperature, allowed
 
 
-def micro_batches(samples: Sequence[Sample], idx: Sequence[int], tokens: int) -> list[list[int]]:
+# ---- shared prompts ----------------------------------------------------------------------------------------
+
+
+def prompt_groups(samples: Sequence[Sample], idx: Iterable[int]) -> list[list[int]]:
+    """`idx` grouped by identical prompt ids: groups in order of first appearance, members in `idx` order."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in idx:
+        groups.setdefault(tuple(samples[i].prompt_ids), []).append(i)
+    return list(groups.values())
+
+
+def shared_tokens(samples: Sequence[Sample], members: Sequence[int]) -> int:
+    """What a segment of samples sharing one prompt costs a packed row: the prompt once, every completion."""
+    return len(samples[members[0]].prompt_ids) + sum(len(samples[i].completion_ids) for i in members)
+
+
+def packed_tokens(samples: Sequence[Sample], share_prefix: bool = False) -> int:
+    """The real (unpadded) tokens a forward over `samples` runs on: every sample's prompt and completion, or
+    with `share_prefix` each distinct prompt once."""
+    if not share_prefix:
+        return sum(s.length for s in samples)
+    return sum(shared_tokens(samples, g) for g in prompt_groups(samples, range(len(samples))))
+
+
+def _split_group(group: list[int], tokens: int, cost: Callable[[list[int]], int]) -> list[list[int]]:
+    """`group` in consecutive parts of at most `tokens` by `cost` (a member that does not fit goes alone)."""
+    parts: list[list[int]] = [[]]
+    for i in group:
+        if parts[-1] and cost(parts[-1] + [i]) > tokens:
+            parts.append([])
+        parts[-1].append(i)
+    return parts
+
+
+def _pack_shared(samples: Sequence[Sample], max_tokens: int | None, pad_id: int) -> Packed:
+    """`pack_samples` with shared prompts: the samples with one prompt form one segment of a row, the prompt
+    once (positions 0..p-1), then each member's completion (positions p.., as if it followed the prompt
+    alone). The attention mask keeps a completion to its segment's prompt and its own earlier tokens, so
+    every score equals the unshared layout's; the logits predicting a member's first token sit at the
+    prompt's last position. A group too big for a row is split into parts that each repeat the prompt.
+    Each padding position attends to itself alone (a query that attends to nothing gives NaN under sdpa)."""
+    for s in samples:
+        if max_tokens is not None and s.length > max_tokens:
+            raise ValueError(f"sample {s.episode}/{s.node} has {s.length} tokens, more than {max_tokens}")
+
+    def cost(members: list[int]) -> int:
+        return shared_tokens(samples, members)
+
+    groups = prompt_groups(samples, range(len(samples)))
+    if max_tokens is None:
+        max_tokens = max(cost(g) for g in groups)
+    segments = [part for g in groups for part in _split_group(g, max_tokens, cost)]
+    row_of: list[int] = []
+    start_of: list[int] = []
+    fill: list[int] = []
+    for seg in segments:
+        n = cost(seg)
+        r = next((i for i, used in enumerate(fill) if used + n <= max_tokens), len(fill))
+        if r == len(fill):
+            fill.append(0)
+        row_of.append(r)
+        start_of.append(fill[r])
+        fill[r] += n
+    width, n_rows = max(fill), len(fill)
+    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((n_rows, width), dtype=torch.long)
+    segment = len(segments) + torch.arange(width).repeat(n_rows, 1)  # padding: a segment per position
+    member = torch.full((n_rows, width), -1, dtype=torch.long)  # -1: the prompt (every member reads it)
+    for r in range(n_rows):
+        pos[r, fill[r] :] = torch.arange(width - fill[r])
+    longest = max(len(s.completion_ids) for s in samples)
+    rows = torch.zeros((len(samples), longest), dtype=torch.long)
+    cols = torch.zeros((len(samples), longest), dtype=torch.long)
+    mask = torch.zeros((len(samples), longest), dtype=torch.bool)
+    comp = torch.zeros((len(samples), longest), dtype=torch.long)
+    for k, (seg, r, start) in enumerate(zip(segments, row_of, start_of)):
+        prompt = samples[seg[0]].prompt_ids
+        p = len(prompt)
+        ids[r, start : start + p] = torch.tensor(prompt)
+        pos[r, start : start + p] = torch.arange(p)
+        segment[r, start : start + cost(seg)] = k
+        at = start + p
+        for j, b in enumerate(seg):
+            c = samples[b].completion_ids
+            n = len(c)
+            ids[r, at : at + n] = torch.tensor(c)
+            pos[r, at : at + n] = torch.arange(p, p + n)
+            member[r, at : at + n] = j
+            rows[b, :n] = r
+            cols[b, 0] = start + p - 1  # the prompt's last position predicts every member's first token
+            cols[b, 1:n] = torch.arange(at, at + n - 1)
+            mask[b, :n] = True
+            comp[b, :n] = torch.tensor(c)
+            at += n
+    temperature, allowed = _per_sample(samples)
+    attend = _segment_mask(segment, member)
+    return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature, allowed, attend)
+
+
+def _segment_mask(segment: Tensor, member: Tensor) -> Tensor:
+    """[R, 1, L, L] bool: a query attends to earlier-or-same keys of its own segment that are the prompt
+    (member -1) or its own member's tokens."""
+    width = segment.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    same = segment[:, :, None] == segment[:, None, :]
+    readable = (member[:, None, :] == -1) | (member[:, :, None] == member[:, None, :])
+    return (causal & same & readable)[:, None]
+
+
+def micro_batches(
+    samples: Sequence[Sample], idx: Sequence[int], tokens: int, share_prefix: bool = False
+) -> list[list[int]]:
     """Split the samples `idx` into forward batches of about `tokens` tokens each (a sample longer than that
-    goes alone), longest first, so that the rows of one batch have similar lengths (little padding)."""
-    return _fill(sorted(idx, key=lambda i: (-samples[i].length, i)), samples, tokens)
+    goes alone), longest first, so that the rows of one batch have similar lengths (little padding).
+
+    `share_prefix`: the samples of one prompt stay together (split only when they cost more than `tokens`),
+    and a group costs its prompt once (`shared_tokens`), as `pack_samples(share_prefix=True)` packs it."""
+    if not share_prefix:
+        return _fill(sorted(idx, key=lambda i: (-samples[i].length, i)), samples, tokens)
+    groups = prompt_groups(samples, idx)
+    groups.sort(key=lambda g: (-max(samples[i].length for i in g), g[0]))
+    return _fill_groups(groups, samples, tokens, lambda g: shared_tokens(samples, g))
 
 
 def minibatches(
-    samples: Sequence[Sample], max_tokens: int, generator: torch.Generator | None = None
+    samples: Sequence[Sample],
+    max_tokens: int,
+    generator: torch.Generator | None = None,
+    share_prefix: bool = False,
 ) -> list[list[int]]:
     """Split sample indices into minibatches of at most `max_tokens` tokens each, in a shuffled order
-    (`generator`: seeded, so a resumed run draws the same split); None keeps the order."""
-    order = list(range(len(samples)))
+    (`generator`: seeded, so a resumed run draws the same split); None keeps the order.
+
+    `share_prefix`: prompt groups are shuffled, not samples, and kept whole in one minibatch (split only when
+    they hold more than `max_tokens`), so that its micro-batches can share their prompts. The budget still
+    counts every sample's prompt: an optimizer step sees as many tokens as without sharing."""
+    if not share_prefix:
+        order = list(range(len(samples)))
+        if generator is not None:
+            order = torch.randperm(len(samples), generator=generator).tolist()
+        return _fill(order, samples, max_tokens)
+    groups = prompt_groups(samples, range(len(samples)))
     if generator is not None:
-        order = torch.randperm(len(samples), generator=generator).tolist()
-    return _fill(order, samples, max_tokens)
+        groups = [groups[g] for g in torch.randperm(len(groups), generator=generator).tolist()]
+    return _fill_groups(groups, samples, max_tokens, lambda g: sum(samples[i].length for i in g))
 
 
 def _fill(order: Sequence[int], samples: Sequence[Sample], tokens: int) -> list[list[int]]:
@@ -291,6 +446,27 @@ def _fill(order: Sequence[int], samples: Sequence[Sample], tokens: int) -> list[
             current, used = [], 0
         current.append(i)
         used += n
+    if current:
+        out.append(current)
+    return out
+
+
+def _fill_groups(
+    groups: Sequence[list[int]], samples: Sequence[Sample], tokens: int, cost: Callable[[list[int]], int]
+) -> list[list[int]]:
+    """`_fill` over whole groups of samples, each costing `cost(group)` (a group costing more than `tokens`
+    is split first, `_split_group`)."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for group in groups:
+        for part in _split_group(group, tokens, cost):
+            n = cost(part)
+            if current and used + n > tokens:
+                out.append(current)
+                current, used = [], 0
+            current += part
+            used += n
     if current:
         out.append(current)
     return out
