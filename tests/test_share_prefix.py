@@ -211,3 +211,16 @@ def test_a_tiny_grpo_run_with_shared_prompts_finishes(
     out = ppo.train_ppo(cfg)
     assert (out / "config.json").exists()
     assert packed and any(shared < plain for shared, plain in packed)
+
+
+def test_a_batch_with_no_repeated_prompt_is_packed_as_without_sharing():
+    """The switch is on by default: where no prompt repeats (PPO with one episode per question), the batch is
+    the plain packing, tensor for tensor, with no attention mask."""
+    samples = [sample([1, 2, 3], [30, 31], 0), sample([4, 5], [32], 1), sample([6, 7, 8, 9], [33, 34, 35], 2)]
+    plain, shared = (
+        pack_samples(samples, max_tokens=16),
+        pack_samples(samples, max_tokens=16, share_prefix=True),
+    )
+    assert shared.attention_mask is None
+    for name in ("input_ids", "position_ids", "rows", "cols", "mask", "completion_ids"):
+        assert torch.equal(getattr(plain, name), getattr(shared, name)), name

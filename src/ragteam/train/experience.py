@@ -231,12 +231,13 @@ def pack_samples(
     sample's length), first fit.
 
     Every sample must fit a row on its own (`samples_from_episodes(max_tokens=...)` drops the rest).
-    `share_prefix`: samples with identical prompt ids share one copy of the prompt (`_pack_shared`).
+    `share_prefix`: samples with identical prompt ids share one copy of the prompt (`_pack_shared`); a batch
+    where no prompt repeats is packed as without it (no attention mask).
     """
     if not samples:
         raise ValueError("pack_samples: no samples")
-    if share_prefix:
-        return _pack_shared(samples, max_tokens, pad_id)
+    if share_prefix and len(prompt_groups(samples, range(len(samples)))) < len(samples):
+        return _pack_shared(samples, max_tokens, pad_id)  # some prompt repeats: it runs once
     if max_tokens is None:
         max_tokens = max(s.length for s in samples)
     row_of: list[int] = []

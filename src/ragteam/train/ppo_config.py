@@ -80,12 +80,13 @@ class PPOOptions(LoraFields):
         2048, ge=64, description="tokens per forward/backward (gradient accumulation within a step)"
     )
     share_prefix: bool = Field(
-        False,
+        True,
         description="score the samples that share a prompt (a group's first acts under --rollout.group-size, "
         "a tree fork's siblings) with the prompt computed once: one packed segment, the prompt then each "
         "completion, under an attention mask that keeps each completion to the prompt and its own tokens; "
         "the numbers equal the unshared path's (within float tolerance), the compute of the prompt drops by "
-        "about the group size; sdpa or eager attention",
+        "about the group size (GRPO update on SmolLM2, groups of 4: 3.5x tokens/s, docs/results.md); sdpa or "
+        "eager attention; a batch with no repeated prompt is packed as without it",
     )
     max_sample_tokens: int = Field(
         2048, ge=32, description="longest prompt + completion trained on (longer acts are skipped, counted)"
