@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -208,6 +209,14 @@ def build(cfg: PPOConfig) -> Trainer:
         source = resume_from if resume_from is not None else init
         policy = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
         ref = AutoModelForCausalLM.from_pretrained(init, dtype=dtype).to(device).eval().requires_grad_(False)
+    attention = getattr(policy.config, "_attn_implementation", None) or "sdpa"
+    if cfg.ppo.share_prefix and attention not in ("sdpa", "eager"):  # its 4D mask needs one of those two
+        if dist.main:
+            print(
+                f"ppo: --ppo.share-prefix needs sdpa or eager attention, not {attention}: off",
+                file=sys.stderr,
+            )
+        cfg.ppo.share_prefix = False
     ac = ActorCritic.from_policy(policy, shared=cfg.ppo.shared_critic, critic=estimator.critic)
     if resume_from is not None:
         ac.load_critic(resume_from)
