@@ -13,8 +13,8 @@ import pytest
 from ragteam.cli.main import main
 from ragteam.rollout.traces import write_episodes
 from ragteam.rollout.tree import Episode, Node
-from ragteam.stats.paired import binomial_cdf_half, compare_runs, mcnemar, paired_bootstrap
-from ragteam.types import Question
+from ragteam.stats.paired import binomial_cdf_half, compare_runs, mcnemar, paired_bootstrap, sign_test
+from ragteam.types import Action, Question
 
 
 def episode(qid: str, answer: str, status: str = "ok", **rewards: float) -> Episode:
@@ -173,7 +173,8 @@ def test_cli_end_to_end(tmp_path: Path):
     done = _cli(str(a), str(b), "--metrics", "em", "f1")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "| metric | A | B | B-A [95% CI] | p (bootstrap) | p (McNemar) |" in lines
+    assert "| metric | A | B | B-A [95% CI] | p (bootstrap) | p (McNemar / sign) |" in lines
+    assert "| invalid acts | 0.0 | 0.0 | +0.0 [+0.0, +0.0] | 1 | 1 |" in lines  # its acts carry no parse
     assert any(
         line.startswith("| EM | 16.7 | 75.0 | +58.3 [") and line.endswith("| 0.0654 |") for line in lines
     )
@@ -199,3 +200,62 @@ def test_cli_errors_name_the_file(tmp_path: Path, capsys):
     assert "2 only in A (q10, q11)" in capsys.readouterr().err
     assert main(["compare", str(a), str(short), "--intersect", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["counts"]["dropped"] == 2
+
+
+def test_sign_test_hand_computed():
+    # down 5, up 1, 2 ties: p = 2 * P[X <= 1], X ~ Bin(6, 1/2) = 2 * 7/64
+    a = [50, 50, 50, 50, 50, 10, 20, 30]
+    b = [0, 10, 20, 30, 40, 90, 20, 30]
+    assert sign_test(a, b) == {"down": 5, "up": 1, "p": pytest.approx(14 / 64)}
+    assert sign_test([1, 2], [1, 2])["p"] == 1.0
+    with pytest.raises(ValueError, match="same length"):
+        sign_test([1], [1, 2])
+
+
+def acting(qid: str, *valid: bool) -> Episode:
+    """An episode of question `qid` whose policy acts parsed (True) or did not (False), then a wrong answer."""
+    ep = Episode(
+        id=f"ep-{qid}",
+        workflow="test",
+        question=Question(id=qid, question=f"Who {qid}?", golden_answers=["Ann"]),
+    )
+    parent = None
+    for ok in valid:
+        ep.add(
+            Node(id=-1, parent=parent, kind="policy", role="actor", action=Action("answer", "x", valid=ok))
+        )
+        parent = len(ep.nodes) - 1
+    ep.add(
+        Node(
+            id=-1, parent=parent, kind="answer", answer="Bob", rewards={"em": 0.0, "f1": 0.0, "cover_em": 0.0}
+        )
+    )
+    return ep
+
+
+def test_invalid_acts_are_paired_per_question():
+    """A's questions: 1 of 2 acts invalid, 2 of 2, 0 of 1; B's: 0 of 2, 1 of 2, 0 of 1 -> 50, 100, 0 against
+    0, 50, 0 percent: B - A = -100/3 points, 2 questions down, none up (sign test p = 2 x 1/4)."""
+    a = [acting("q0", True, False), acting("q1", False, False), acting("q2", True)]
+    b = [acting("q0", True, True), acting("q1", True, False), acting("q2", True)]
+    r = compare_runs(a, b)["metrics"]["invalid"]
+    assert (r["a"], r["b"]) == (pytest.approx(50.0), pytest.approx(50 / 3))
+    assert r["bootstrap"]["mean_diff"] == pytest.approx(-100 / 3)
+    assert r["sign"] == {"down": 2, "up": 0, "p": pytest.approx(0.5)}
+    assert (
+        "invalid" in compare_runs(a, b)["metrics"]
+        and "invalid" not in compare_runs([wrong_no_act("q0")], [wrong_no_act("q0")])["metrics"]
+    )
+
+
+def wrong_no_act(qid: str) -> Episode:
+    """A wrong answer with no policy act (a workflow with nothing to train): no invalid row."""
+    ep = Episode(
+        id=f"ep-{qid}",
+        workflow="test",
+        question=Question(id=qid, question=f"Who {qid}?", golden_answers=["Ann"]),
+    )
+    ep.add(
+        Node(id=-1, parent=None, kind="answer", answer="Bob", rewards={"em": 0.0, "f1": 0.0, "cover_em": 0.0})
+    )
+    return ep

@@ -1,4 +1,5 @@
-"""`ragteam compare`: run B against run A on the same questions (paired bootstrap and McNemar).
+"""`ragteam compare`: run B against run A on the same questions (paired bootstrap and McNemar; for the share of
+invalid policy acts per question, the bootstrap and an exact sign test).
 
 ragteam compare runs/eval-sft runs/eval-ppo                       # eval folders (their episodes.jsonl)
 ragteam compare runs/eval-sft runs/ppo/eval/iteration-8.jsonl --metrics f1 --json
@@ -93,15 +94,15 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
         lo, hi = boot["ci95"]
         rows.append(
             [
-                METRIC_LABELS.get(m, m),
+                "invalid acts" if m == "invalid" else METRIC_LABELS.get(m, m),
                 f"{r['a']:.1f}",
                 f"{r['b']:.1f}",
                 f"{boot['mean_diff']:+.1f} [{lo:+.1f}, {hi:+.1f}]",
                 _p(boot["p"], result["resamples"]),
-                _p(r["mcnemar"]["p"]) if "mcnemar" in r else "–",
+                _p(r["mcnemar"]["p"]) if "mcnemar" in r else _p(r["sign"]["p"]) if "sign" in r else "–",
             ]
         )
-    header = ["metric", "A", "B", "B-A [95% CI]", "p (bootstrap)", "p (McNemar)"]
+    header = ["metric", "A", "B", "B-A [95% CI]", "p (bootstrap)", "p (McNemar / sign)"]
     c = result["counts"]
     line = (
         f"{c['questions']} questions, {c['changed']} answers changed, {c['better']} better, {c['worse']} worse "

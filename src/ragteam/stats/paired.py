@@ -4,7 +4,9 @@ Two runs' means with separate bootstrap intervals (the eval report) overlap long
 tell them apart: most of a run's variance is in which questions are hard, and that variance is shared when
 both runs answer the same questions. Pairing by question id removes it, so these functions work on the
 per-question differences: a paired bootstrap of the mean difference (any metric) and McNemar's exact test
-(0/1 metrics: only the questions where exactly one run is right carry evidence).
+(0/1 metrics: only the questions where exactly one run is right carry evidence). Behaviour is paired too: each
+question's share of invalid policy acts (replies its parser could not read), with the bootstrap and an exact
+sign test over the questions whose share changed; training that teaches a format shows there first.
 
 Pure functions; numpy only (the binomial tail is exact, with `math.comb`).
 """
@@ -78,6 +80,28 @@ def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict:
     return {"n01": n01, "n10": n10, "discordant": discordant, "p": p}
 
 
+def sign_test(a: Sequence[float], b: Sequence[float]) -> dict:
+    """The exact two-sided sign test on paired values (same questions, same order): `down` questions where b
+    is below a, `up` where above, ties dropped; p = min(1, 2 * P[X <= min(down, up)]), X ~ Binomial(down + up,
+    1/2) (McNemar's test is this test on 0/1 values); p = 1 without a change."""
+    if len(a) != len(b):
+        raise ValueError(f"paired values must have the same length (got {len(a)} and {len(b)})")
+    down = sum(1 for x, y in zip(a, b) if y < x)
+    up = sum(1 for x, y in zip(a, b) if y > x)
+    p = 1.0 if down + up == 0 else min(1.0, 2.0 * binomial_cdf_half(min(down, up), down + up))
+    return {"down": down, "up": up, "p": p}
+
+
+def invalid_share(ep: Episode) -> float | None:
+    """Percent of the episode's policy acts whose reply did not parse (`action.valid` False); None when it has
+    no policy act (a workflow with nothing to train)."""
+    acts = ep.policy_nodes()
+    if not acts:
+        return None
+    bad = sum(1 for n in acts if n.action is not None and not n.action.valid)
+    return 100.0 * bad / len(acts)
+
+
 def _by_id(episodes: Iterable[Episode]) -> dict[str, Episode]:
     """Episodes by question id, in first-seen order; a later record of a question replaces the earlier one
     (as when an eval trace is resumed)."""
@@ -128,6 +152,7 @@ def _row(ep: Episode) -> dict[str, Any]:
     row: dict[str, Any] = {k: 100.0 * float(v) for k, v in (scores or {}).items()}
     row["failed"] = scores is None
     row["answer"] = "" if scores is None else normalize_answer(ep.answer)
+    row["invalid"] = invalid_share(ep)
     return row
 
 
@@ -142,7 +167,8 @@ def compare_runs(
     """Run B against run A on the questions they share (see `pair_episodes`).
 
     Per metric: A's and B's means (x100, like the eval reports), the paired bootstrap of B - A (x100) and,
-    for 0/1 metrics, McNemar. Counts: questions paired, dropped (with `intersect`), answers changed (the
+    for 0/1 metrics, McNemar. When either run has policy acts, `invalid`: the per-question percent of
+    invalid acts, with the bootstrap and the sign test. Counts: questions paired, dropped (with `intersect`), answers changed (the
     normalized predictions differ), better and worse (by F1), failed episodes per run.
     """
     pairs, dropped = pair_episodes(a_episodes, b_episodes, intersect)
@@ -161,6 +187,15 @@ def compare_runs(
         }
         if m in BINARY_METRICS:
             out[m]["mcnemar"] = mcnemar([v >= 50.0 for v in va], [v >= 50.0 for v in vb])
+    if any(r["invalid"] is not None for r in ra + rb):  # policy acts to judge: their invalid share, paired
+        va = [r["invalid"] or 0.0 for r in ra]
+        vb = [r["invalid"] or 0.0 for r in rb]
+        out["invalid"] = {
+            "a": float(np.mean(va)),
+            "b": float(np.mean(vb)),
+            "bootstrap": paired_bootstrap(va, vb, n, seed),
+            "sign": sign_test(va, vb),
+        }
     fa, fb = values(ra, "f1"), values(rb, "f1")
     counts = {
         "questions": len(pairs),
