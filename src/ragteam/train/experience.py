@@ -236,33 +236,18 @@ def pack_samples(
     """
     if not samples:
         raise ValueError("pack_samples: no samples")
-    if share_prefix and len(prompt_groups(samples, range(len(samples)))) < len(samples):
-        return _pack_shared(samples, max_tokens, pad_id)  # some prompt repeats: it runs once
+    for s in samples:
+        if max_tokens is not None and s.length > max_tokens:
+            raise ValueError(f"sample {s.episode}/{s.node} has {s.length} tokens, more than {max_tokens}")
+    if share_prefix:
+        groups = prompt_groups(samples, range(len(samples)))
+        if len(groups) < len(samples):  # some prompt repeats: it runs once
+            return _pack_shared(samples, groups, max_tokens, pad_id)
     if max_tokens is None:
         max_tokens = max(s.length for s in samples)
-    row_of: list[int] = []
-    start_of: list[int] = []
-    fill: list[int] = []
-    for s in samples:
-        if s.length > max_tokens:
-            raise ValueError(f"sample {s.episode}/{s.node} has {s.length} tokens, more than {max_tokens}")
-        r = next((i for i, used in enumerate(fill) if used + s.length <= max_tokens), len(fill))
-        if r == len(fill):
-            fill.append(0)
-        row_of.append(r)
-        start_of.append(fill[r])
-        fill[r] += s.length
-    width = max(fill)
-    n_rows = len(fill)
-    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
-    pos = torch.zeros((n_rows, width), dtype=torch.long)
-    for r in range(n_rows):  # the padding tail counts up from 0 as one more (unread) segment
-        pos[r, fill[r] :] = torch.arange(width - fill[r])
-    longest = max(len(s.completion_ids) for s in samples)
-    rows = torch.zeros((len(samples), longest), dtype=torch.long)
-    cols = torch.zeros((len(samples), longest), dtype=torch.long)
-    mask = torch.zeros((len(samples), longest), dtype=torch.bool)
-    comp = torch.zeros((len(samples), longest), dtype=torch.long)
+    row_of, start_of, fill = _first_fit([s.length for s in samples], max_tokens)
+    ids, pos = _rows(fill, pad_id)
+    rows, cols, mask, comp = _completion_layout(samples)
     for b, (s, r, start) in enumerate(zip(samples, row_of, start_of)):
         seq = s.prompt_ids + s.completion_ids
         ids[r, start : start + len(seq)] = torch.tensor(seq)
@@ -274,6 +259,40 @@ def pack_samples(
         comp[b, :n] = torch.tensor(s.completion_ids)
     temperature, allowed = _per_sample(samples)
     return Packed(list(samples), ids, pos, rows, cols, mask, comp, temperature, allowed)
+
+
+def _first_fit(costs: Sequence[int], max_tokens: int) -> tuple[list[int], list[int], list[int]]:
+    """Each item's row and start when placed in order into the first row of `max_tokens` with room (a new
+    row when none has), and every row's fill."""
+    row_of: list[int] = []
+    start_of: list[int] = []
+    fill: list[int] = []
+    for n in costs:
+        r = next((i for i, used in enumerate(fill) if used + n <= max_tokens), len(fill))
+        if r == len(fill):
+            fill.append(0)
+        row_of.append(r)
+        start_of.append(fill[r])
+        fill[r] += n
+    return row_of, start_of, fill
+
+
+def _rows(fill: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Input ids (all `pad_id`) and position ids [R, L] of rows filled to `fill`; each row's padding tail
+    counts up from 0 as one more (unread) segment."""
+    width = max(fill)
+    ids = torch.full((len(fill), width), pad_id, dtype=torch.long)
+    pos = torch.zeros((len(fill), width), dtype=torch.long)
+    for r, used in enumerate(fill):
+        pos[r, used:] = torch.arange(width - used)
+    return ids, pos
+
+
+def _completion_layout(samples: Sequence[Sample]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Empty [B, T] rows, cols, mask and completion ids, T the longest completion."""
+    shape = (len(samples), max(len(s.completion_ids) for s in samples))
+    zeros = [torch.zeros(shape, dtype=torch.long) for _ in range(3)]
+    return zeros[0], zeros[1], torch.zeros(shape, dtype=torch.bool), zeros[2]
 
 
 def _per_sample(samples: Sequence[Sample]) -> tuple[Tensor, Tensor | None]:
@@ -322,47 +341,28 @@ def _split_group(group: list[int], tokens: int, cost: Callable[[list[int]], int]
     return parts
 
 
-def _pack_shared(samples: Sequence[Sample], max_tokens: int | None, pad_id: int) -> Packed:
+def _pack_shared(
+    samples: Sequence[Sample], groups: list[list[int]], max_tokens: int | None, pad_id: int
+) -> Packed:
     """`pack_samples` with shared prompts: the samples with one prompt form one segment of a row, the prompt
     once (positions 0..p-1), then each member's completion (positions p.., as if it followed the prompt
     alone). The attention mask keeps a completion to its segment's prompt and its own earlier tokens, so
     every score equals the unshared layout's; the logits predicting a member's first token sit at the
     prompt's last position. A group too big for a row is split into parts that each repeat the prompt.
     Each padding position attends to itself alone (a query that attends to nothing gives NaN under sdpa)."""
-    for s in samples:
-        if max_tokens is not None and s.length > max_tokens:
-            raise ValueError(f"sample {s.episode}/{s.node} has {s.length} tokens, more than {max_tokens}")
 
     def cost(members: list[int]) -> int:
         return shared_tokens(samples, members)
 
-    groups = prompt_groups(samples, range(len(samples)))
     if max_tokens is None:
         max_tokens = max(cost(g) for g in groups)
     segments = [part for g in groups for part in _split_group(g, max_tokens, cost)]
-    row_of: list[int] = []
-    start_of: list[int] = []
-    fill: list[int] = []
-    for seg in segments:
-        n = cost(seg)
-        r = next((i for i, used in enumerate(fill) if used + n <= max_tokens), len(fill))
-        if r == len(fill):
-            fill.append(0)
-        row_of.append(r)
-        start_of.append(fill[r])
-        fill[r] += n
-    width, n_rows = max(fill), len(fill)
-    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
-    pos = torch.zeros((n_rows, width), dtype=torch.long)
+    row_of, start_of, fill = _first_fit([cost(seg) for seg in segments], max_tokens)
+    ids, pos = _rows(fill, pad_id)
+    width, n_rows = ids.shape[1], len(fill)
     segment = len(segments) + torch.arange(width).repeat(n_rows, 1)  # padding: a segment per position
     member = torch.full((n_rows, width), -1, dtype=torch.long)  # -1: the prompt (every member reads it)
-    for r in range(n_rows):
-        pos[r, fill[r] :] = torch.arange(width - fill[r])
-    longest = max(len(s.completion_ids) for s in samples)
-    rows = torch.zeros((len(samples), longest), dtype=torch.long)
-    cols = torch.zeros((len(samples), longest), dtype=torch.long)
-    mask = torch.zeros((len(samples), longest), dtype=torch.bool)
-    comp = torch.zeros((len(samples), longest), dtype=torch.long)
+    rows, cols, mask, comp = _completion_layout(samples)
     for k, (seg, r, start) in enumerate(zip(segments, row_of, start_of)):
         prompt = samples[seg[0]].prompt_ids
         p = len(prompt)
@@ -437,19 +437,7 @@ def minibatches(
 
 def _fill(order: Sequence[int], samples: Sequence[Sample], tokens: int) -> list[list[int]]:
     """Consecutive groups of `order` holding at most `tokens` tokens each (a longer sample goes alone)."""
-    out: list[list[int]] = []
-    current: list[int] = []
-    used = 0
-    for i in order:
-        n = samples[i].length
-        if current and used + n > tokens:
-            out.append(current)
-            current, used = [], 0
-        current.append(i)
-        used += n
-    if current:
-        out.append(current)
-    return out
+    return _fill_groups([[i] for i in order], samples, tokens, lambda g: samples[g[0]].length)
 
 
 def _fill_groups(
