@@ -8,8 +8,8 @@ The public API, for a team of your own in one file (docs/extend.md) and for runs
   `Answer` (what it returns), `BudgetExceeded`, `Constraint`, and the data types (`Question`, `Doc`, `Hit`,
   `Message`, `Action`); `WorkflowConfig` is what a workflow's constructor receives;
 - extending by name: `register_workflow` (or the `ragteam.workflows` entry-point group, or
-  `--workflow package.module:ClassName`), `build_workflow`, `register_credit` (credit functions,
-  `ragteam.credit`), `register_advantage` and `register_policy_loss` (PPO's estimators and losses,
+  `--workflow package.module:ClassName`), `build_workflow`, `register_credit` and `get_credit` (credit functions,
+  `ragteam.credit`: a credit of your own may build on a registered one), `register_advantage` and `register_policy_loss` (PPO's estimators and losses,
   `ragteam.train.advantages` / `ragteam.train.losses`);
 - running: `evaluate`, `collect`, `train_sft`, `train_dpo`, `train_critic`, `train_ppo` with the commands'
   own configs (`EvalConfig`, `CollectConfig`, `SFTConfig`, `DPOConfig`, `CriticTrainConfig`, `PPOConfig`;
@@ -55,6 +55,7 @@ __all__ = [
     "build_workflow",
     "collect",
     "evaluate",
+    "get_credit",
     "load_config",
     "register_advantage",
     "register_credit",
@@ -90,7 +91,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "register_workflow",
         "workflow_names",
     ),
-    "ragteam.credit": ("register_credit",),
+    "ragteam.credit": ("get_credit", "register_credit"),
     "ragteam.train.advantages": ("register_advantage",),
     "ragteam.train.losses": ("register_policy_loss",),
     "ragteam.api": (
@@ -144,7 +145,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time the names a
         train_ppo,
         train_sft,
     )
-    from ragteam.credit import register_credit
+    from ragteam.credit import get_credit, register_credit
     from ragteam.protocol import (
         Act,
         Acted,

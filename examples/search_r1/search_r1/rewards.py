@@ -10,15 +10,15 @@ for every sample of every group and a group estimator had nothing to compare (do
 
 Here "in the format" means the episode ended with the policy's own `<answer>` (`Answer.info["stop"]`), and
 the answer's metric is the run's `--ppo.reward` (em, f1, ...): an answered episode earns
-lambda_f + (1 - lambda_f) x metric, any other 0. Every policy act of a path gets its answer's reward, as
-`outcome` credit does (the mean over the leaves below an act, where a rollout forks).
+lambda_f + (1 - lambda_f) x metric, any other 0. The registered `outcome` credit then gives every policy act
+of a path its answer's reward (the mean over the leaves below an act, where a rollout forks).
 
     ragteam train ppo --recipe examples/search_r1/search-r1.yaml --ppo.credit search_r1_format ...
 """
 
 from __future__ import annotations
 
-from ragteam import register_credit
+from ragteam import get_credit, register_credit
 
 FORMAT_SHARE = 0.2
 """lambda_f: what an answer in the format earns however wrong it is (our choice, set before any run)."""
@@ -29,25 +29,12 @@ def shaped(leaf, reward) -> float:
     format and the leaf is ok, else 0."""
     if leaf.status != "ok" or leaf.info.get("stop") != "answer":
         return 0.0
-    metric = reward(leaf) if callable(reward) else float(leaf.rewards.get(reward, 0.0))
+    metric = reward(leaf) if callable(reward) else float(leaf.rewards[reward])  # a misspelt metric fails
     return FORMAT_SHARE + (1.0 - FORMAT_SHARE) * metric
 
 
 @register_credit("search_r1_format")
 def format_outcome(episode, reward) -> dict[int, float]:
-    """Each policy act: the mean `shaped` reward of the answer leaves below it (acts with none get no entry)."""
-    nodes = {n.id: n for n in episode.nodes}
-    total: dict[int, float] = {}
-    count: dict[int, int] = {}
-    for leaf in episode.nodes:
-        if leaf.kind != "answer":
-            continue
-        r = shaped(leaf, reward)
-        parent = leaf.parent
-        while parent is not None:
-            node = nodes[parent]
-            if node.kind == "policy":
-                total[node.id] = total.get(node.id, 0.0) + r
-                count[node.id] = count.get(node.id, 0) + 1
-            parent = node.parent
-    return {i: total[i] / count[i] for i in sorted(total)}
+    """`outcome` credit over the `shaped` leaf reward: each policy act gets the mean over the answer leaves
+    below it (acts with none get no entry)."""
+    return get_credit("outcome")(episode, lambda leaf: shaped(leaf, reward))
