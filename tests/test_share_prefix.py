@@ -224,3 +224,20 @@ def test_a_batch_with_no_repeated_prompt_is_packed_as_without_sharing():
     assert shared.attention_mask is None
     for name in ("input_ids", "position_ids", "rows", "cols", "mask", "completion_ids"):
         assert torch.equal(getattr(plain, name), getattr(shared, name)), name
+
+
+def test_shared_prompts_need_an_attention_that_takes_the_mask(capsys):
+    """sdpa and eager take the 4D mask; a policy loaded with flash attention runs without sharing, said once
+    by the main process, and the switch off stays off."""
+    from types import SimpleNamespace
+
+    from ragteam.train.ppo_run import shares_prefix
+
+    def policy(attention: str) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(_attn_implementation=attention))
+
+    assert shares_prefix(True, policy("sdpa"), True) and shares_prefix(True, policy("eager"), True)
+    assert not shares_prefix(True, policy("flash_attention_2"), True)
+    assert "needs sdpa or eager attention, not flash_attention_2" in capsys.readouterr().err
+    assert not shares_prefix(True, policy("flash_attention_2"), False) and capsys.readouterr().err == ""
+    assert not shares_prefix(False, policy("sdpa"), True)

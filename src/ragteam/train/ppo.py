@@ -185,13 +185,13 @@ def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = N
     old_logp, ref_logp, values = (torch.zeros(n, longest, device=dev) for _ in range(3))
     mask = torch.zeros(n, longest, dtype=torch.bool, device=dev)
     dist = trainer.dist
-    every = micro_batches(samples, range(n), cfg.micro_tokens, cfg.share_prefix)
+    every = micro_batches(samples, range(n), cfg.micro_tokens, trainer.share_prefix)
     mine = every[dist.rank :: dist.world]  # torchrun: every world-th micro-batch; the others score the rest
     # FSDP gathers weights inside each forward: every rank runs as many (one scores a batch for nothing)
     steps = -(-len(every) // dist.world) if sharded(trainer.ac) else len(mine)
     for k in range(steps):
         idx = mine[k] if k < len(mine) else None
-        batch = pack_samples([samples[i] for i in idx or every[0]], share_prefix=cfg.share_prefix).to(dev)
+        batch = pack_samples([samples[i] for i in idx or every[0]], share_prefix=trainer.share_prefix).to(dev)
         t = batch.mask.shape[1]
         scored = trainer.ac(batch)
         if idx is None:
@@ -258,13 +258,13 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
         if stopped:
             break
         for mb in minibatches(
-            exp.samples, cfg.minibatch_tokens, generator=gen, share_prefix=cfg.share_prefix
+            exp.samples, cfg.minibatch_tokens, generator=gen, share_prefix=trainer.share_prefix
         ):
             trainer.optimizer.zero_grad(set_to_none=True)
             mb_tokens = exp.mask[mb].sum().clamp_min(1)
             drift = torch.zeros(1, device=dev)  # this minibatch's sum of k3 KL(old || current) over tokens
             split = [
-                micro_batches(exp.samples, part, cfg.micro_tokens, cfg.share_prefix)
+                micro_batches(exp.samples, part, cfg.micro_tokens, trainer.share_prefix)
                 for part in split_tokens(mb, lengths, dist.world)
             ]
             micro = split[dist.rank]
@@ -274,7 +274,7 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
             for k in range(steps):
                 idx = micro[k] if k < len(micro) else mb[:1]
                 weight = float(dist.world) if k < len(micro) else 0.0
-                batch = pack_samples([exp.samples[i] for i in idx], share_prefix=cfg.share_prefix).to(dev)
+                batch = pack_samples([exp.samples[i] for i in idx], share_prefix=trainer.share_prefix).to(dev)
                 t, rows = batch.mask.shape[1], torch.tensor(idx, device=dev)
                 old, adv, ret = (x[rows, :t] for x in (exp.old_logp, exp.advantages, exp.returns))
                 old_v = exp.old_values[rows, :t] if exp.old_values is not None else None

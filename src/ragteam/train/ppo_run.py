@@ -73,6 +73,7 @@ class Trainer:
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
     prm: Any = None  # the process reward model of --ppo.process-reward critic (--critic.model), on first use
     resume_from: Path | None = None  # the checkpoint this run continues (its weights are loaded already)
+    share_prefix: bool = False  # --ppo.share-prefix, where the policy's attention takes its mask
     # what a checkpoint restores: updates done, tokens generated, the first iterations' per-role statistics
     # (the baseline `ppo_log.runaway` compares later ones with)
     state: dict[str, Any] = field(
@@ -209,14 +210,7 @@ def build(cfg: PPOConfig) -> Trainer:
         source = resume_from if resume_from is not None else init
         policy = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
         ref = AutoModelForCausalLM.from_pretrained(init, dtype=dtype).to(device).eval().requires_grad_(False)
-    attention = getattr(policy.config, "_attn_implementation", None) or "sdpa"
-    if cfg.ppo.share_prefix and attention not in ("sdpa", "eager"):  # its 4D mask needs one of those two
-        if dist.main:
-            print(
-                f"ppo: --ppo.share-prefix needs sdpa or eager attention, not {attention}: off",
-                file=sys.stderr,
-            )
-        cfg.ppo.share_prefix = False
+    share_prefix = shares_prefix(cfg.ppo.share_prefix, policy, dist.main)
     ac = ActorCritic.from_policy(policy, shared=cfg.ppo.shared_critic, critic=estimator.critic)
     if resume_from is not None:
         ac.load_critic(resume_from)
@@ -258,7 +252,22 @@ def build(cfg: PPOConfig) -> Trainer:
         questions, eval_questions, device, sync,
     )  # fmt: skip
     trainer.dist, trainer.model, trainer.resume_from = dist, model, resume_from
+    trainer.share_prefix = share_prefix
     return trainer
+
+
+def shares_prefix(wanted: bool, policy: Any, main: bool) -> bool:
+    """`--ppo.share-prefix` as the run can honour it: its 4D attention mask needs sdpa or eager attention, so a
+    policy loaded with another (flash) runs without it, with a notice (the config keeps what was asked)."""
+    attention = getattr(policy.config, "_attn_implementation", None) or "sdpa"
+    if wanted and attention not in ("sdpa", "eager"):
+        if main:
+            print(
+                f"ppo: --ppo.share-prefix needs sdpa or eager attention, not {attention}: off",
+                file=sys.stderr,
+            )
+        return False
+    return wanted
 
 
 def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
