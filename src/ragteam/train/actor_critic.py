@@ -24,7 +24,16 @@ from ragteam.llm.sampling import mask_logits, whitelist_mask
 from ragteam.train.experience import Packed
 from ragteam.train.losses import entropy_from_logits, token_logprobs
 
-__all__ = ["ActorCritic", "Scored", "completion_logprobs", "full_model", "is_lora", "trunk_mask"]
+__all__ = [
+    "ActorCritic",
+    "Scored",
+    "completion_logprobs",
+    "full_model",
+    "is_lora",
+    "trunk_mask",
+    "MASKED_ATTENTION",
+    "attention_of",
+]
 
 VALUE_HEAD = "value_head.pt"
 CRITIC_ADAPTER = "trunk_adapter.pt"  # a LoRA critic trunk: its adapter weights (the base is the init model)
@@ -59,11 +68,20 @@ def _gathered_hidden(trunk: nn.Module, batch: Packed) -> Tensor:
     return hidden.last_hidden_state[batch.rows, batch.cols]
 
 
+MASKED_ATTENTION = ("sdpa", "eager")
+"""The attention implementations that take a packed batch's own 4D mask (`trunk_mask`); flash does not."""
+
+
+def attention_of(model: nn.Module) -> str:
+    """The attention implementation a transformers model was loaded with (sdpa when it does not say)."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) or "sdpa"
+
+
 def trunk_mask(trunk: nn.Module, allowed: Tensor) -> Tensor:
     """A packed batch's [R, 1, L, L] bool mask (True: may attend) in the form the trunk's attention takes:
     transformers passes a 4D mask through unchanged, sdpa reads a bool mask, eager adds its mask to the
     scores (0 where allowed, the dtype's minimum elsewhere). Flash attention takes no such mask."""
-    impl = getattr(getattr(trunk, "config", None), "_attn_implementation", None) or "sdpa"
+    impl = attention_of(trunk)
     if impl == "sdpa":
         return allowed
     if impl == "eager":
@@ -71,7 +89,7 @@ def trunk_mask(trunk: nn.Module, allowed: Tensor) -> Tensor:
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
             ~allowed, torch.finfo(dtype).min
         )
-    raise ValueError(f"--ppo.share-prefix needs sdpa or eager attention, not {impl}")
+    raise ValueError(f"--ppo.share-prefix needs {' or '.join(MASKED_ATTENTION)} attention, not {impl}")
 
 
 def completion_logprobs(

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ragteam.credit import get_credit
 from ragteam.rollout.tree import Episode
-from ragteam.train.actor_critic import ActorCritic
+from ragteam.train.actor_critic import MASKED_ATTENTION, ActorCritic, attention_of
 from ragteam.train.advantages import Estimator, get_advantage
 from ragteam.train.distributed import SINGLE, Dist, from_env, rank_device, wrap
 from ragteam.train.experience import Sample
@@ -259,13 +259,11 @@ def build(cfg: PPOConfig) -> Trainer:
 def shares_prefix(wanted: bool, policy: Any, main: bool) -> bool:
     """`--ppo.share-prefix` as the run can honour it: its 4D attention mask needs sdpa or eager attention, so a
     policy loaded with another (flash) runs without it, with a notice (the config keeps what was asked)."""
-    attention = getattr(policy.config, "_attn_implementation", None) or "sdpa"
-    if wanted and attention not in ("sdpa", "eager"):
+    attention = attention_of(policy)
+    if wanted and attention not in MASKED_ATTENTION:
         if main:
-            print(
-                f"ppo: --ppo.share-prefix needs sdpa or eager attention, not {attention}: off",
-                file=sys.stderr,
-            )
+            need = " or ".join(MASKED_ATTENTION)
+            print(f"ppo: --ppo.share-prefix needs {need} attention, not {attention}: off", file=sys.stderr)
         return False
     return wanted
 
