@@ -284,7 +284,7 @@ def side_ours(args: argparse.Namespace) -> dict:
     from ragteam.train.experience import Sample, packed_tokens, prompt_groups
     from ragteam.train.losses import KLController
     from ragteam.train.ppo_config import PPOOptions
-    from ragteam.train.ppo_run import build_optimizer
+    from ragteam.train.ppo_run import Trainer, build_optimizer
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
@@ -317,6 +317,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         micro_tokens=args.micro_tokens,
         max_sample_tokens=max(32, longest),
         share_prefix=prefix,
+        bf16=args.bf16,
         **critic_free,
     )
     optimizer = build_optimizer(ac, opts, torch.device("cpu"))
@@ -331,7 +332,9 @@ def side_ours(args: argparse.Namespace) -> dict:
         kl=KLController(beta=opts.kl_beta),
         dist=SINGLE,  # one process
         model=ac,  # what the update runs through (unwrapped: no DDP / FSDP)
+        share_prefix=prefix,  # as `ppo_run.shares_prefix` decides it (sdpa attention takes the mask)
     )
+    run.precision = lambda: Trainer.precision(run)  # the trainer's autocast (--ppo.bf16), read off run.cfg
     # GRPO: one question group per shared prompt (`experience.group_ids` reads `group`); PPO: all in one
     samples = [
         Sample(
@@ -399,6 +402,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         "transformers": transformers.__version__,
         "optimizer": "AdamW (" + ("fused" if optimizer.defaults.get("fused") else "foreach") + ")",
         "attention": policy.config._attn_implementation,
+        "precision": "bf16 autocast" if opts.bf16 else "float32",
     }
     if grpo:
         extra["advantage"] = (
@@ -478,7 +482,7 @@ def side_trl(bench: argparse.Namespace) -> dict:
             total_episodes=n,
             local_rollout_forward_batch_size=micro,
             temperature=1.0,
-            bf16=False,
+            bf16=bench.bf16,
             use_cpu=True,
             seed=bench.seed,
             report_to="none",
@@ -486,6 +490,8 @@ def side_trl(bench: argparse.Namespace) -> dict:
             num_sample_generations=0,
             save_strategy="no",
         )
+        if bench.bf16:  # trl 1.12 builds its Accelerator without the config's bf16: the environment reaches it
+            os.environ["ACCELERATE_MIXED_PRECISION"] = "bf16"
         trainer = PPOTrainer(
             args=config,
             processing_class=tokenizer,
@@ -684,7 +690,7 @@ def side_trl(bench: argparse.Namespace) -> dict:
         "trl": trl.__version__,
         "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={getattr(args.optim, 'value', args.optim)})",
         "attention": policy.config._attn_implementation,
-        "mixed_precision": accelerator.mixed_precision,
+        "precision": "float32" if accelerator.mixed_precision == "no" else f"{accelerator.mixed_precision} autocast",
         "padded_width": int(query_responses.shape[1]),
     }
     return result("trl", raw, bench, measured, per_update, computed, extra)
@@ -733,7 +739,7 @@ def side_trl_grpo(bench: argparse.Namespace) -> dict:
             learning_rate=1e-6,  # ours' lr (PPOOptions.lr); TRL's default too
             lr_scheduler_type="constant",  # ours: a constant LambdaLR
             max_steps=steps_per_update * (bench.warmup + bench.repeats),
-            bf16=False,
+            bf16=bench.bf16,
             use_cpu=True,
             seed=bench.seed,
             report_to="none",
@@ -851,7 +857,7 @@ def side_trl_grpo(bench: argparse.Namespace) -> dict:
         "trl": trl.__version__,
         "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={getattr(args.optim, 'value', args.optim)})",
         "attention": policy.config._attn_implementation,
-        "mixed_precision": accelerator.mixed_precision,
+        "precision": "float32" if accelerator.mixed_precision == "no" else f"{accelerator.mixed_precision} autocast",
         "padded_width": int(prompt_completion_ids.shape[1]),
         "advantage": f"GRPOTrainer group advantages (scale_rewards {trainer.scale_rewards}, beta {trainer.beta})",
         "loss_type": trainer.loss_type,
@@ -925,7 +931,7 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     out += ["--micro-batch", str(args.micro_batch), "--micro-tokens", str(args.micro_tokens)]
     out += ["--epochs", str(args.epochs), "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
     out += ["--threads", str(args.threads), "--group-size", str(args.group_size)]
-    return out
+    return out + (["--bf16"] if args.bf16 else [])
 
 
 def _mb(x: float | None) -> str:
@@ -969,6 +975,7 @@ def report(args: argparse.Namespace, results: list[dict], venv_s: float | None) 
             f", trl {r['trl']}" if "trl" in r else ""
         )
         line = f"{r['side']}: updates {times} s; {versions}; {r['optimizer']}; attention {r['attention']}"
+        line += f"; {r['precision']}"
         if "advantage" in r:
             line += f"; {r['advantage']}"
         if "loss_type" in r:
@@ -1020,6 +1027,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="run every side this many times; keep each's best")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on each side")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="every side under bfloat16 autocast, weights float32: ours --ppo.bf16, TRL its Accelerator's "
+        "mixed_precision bf16 (CPUs with AMX or AVX512-BF16, GPUs)",
+    )
     p.add_argument(
         "--sides",
         nargs="+",

@@ -213,6 +213,19 @@ def test_policy_and_llm_alike_share_one_model():
     assert policy is not llm
     policy, llm = build_models(cfg, need_policy=False)
     assert policy is None and llm is not None
+    policy, llm = build_models(cfg, need_llm=False)
+    assert policy is not None and llm is None
+
+
+def test_a_team_without_an_llm_role_loads_no_llm(hotpot5):
+    """MMOA-RAG's roles are all the policy's: the LLM config (here one that could not load) is never built."""
+    from ragteam.assemble.build import build_team
+
+    cfg = TeamConfig(
+        workflow="mmoa", policy=ModelConfig(model="tiny"), llm=ModelConfig(model="/nonexistent/model")
+    )
+    team = build_team(cfg, data=str(hotpot5))
+    assert team.llm is None and team.policy is not None
 
 
 def test_workflow_options_are_flat_flags():

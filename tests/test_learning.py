@@ -52,7 +52,7 @@ class Say:
         return Answer(acted.text)
 
 
-def reward_curve(data: Path, out: Path, estimator: str) -> list[float]:
+def reward_curve(data: Path, out: Path, estimator: str, bf16: bool = False) -> list[float]:
     from ragteam.train import ppo
 
     group = 1 if not get_advantage(estimator).groups else 4
@@ -84,6 +84,7 @@ def reward_curve(data: Path, out: Path, estimator: str) -> list[float]:
                     "epochs": 2,
                     "minibatch_tokens": 256,
                     "micro_tokens": 2048,
+                    "bf16": bf16,
                 },
             }
         )
@@ -112,6 +113,14 @@ def test_every_estimator_learns_an_obvious_reward(estimator: str, hotpot_small: 
     start, end = curve[0], sum(curve[-2:]) / 2
     assert 0.2 < start < 0.8, curve  # the untrained policy: about half its first tokens are even
     assert end >= 0.9 and end >= start + 0.25, f"{estimator}: reward per iteration {curve}"
+
+
+def test_bf16_autocast_learns_the_obvious_reward_too(hotpot_small: Path, tmp_path: Path) -> None:
+    """--ppo.bf16 runs every trainer forward under bfloat16 autocast: the check still passes (a cast that broke
+    the log-probs' float32 softmax, or the ratio of old to new, would stall it)."""
+    curve = reward_curve(hotpot_small, tmp_path / "out", "grpo", bf16=True)
+    start, end = curve[0], sum(curve[-2:]) / 2
+    assert end >= 0.9 and end >= start + 0.25, f"grpo under bf16: reward per iteration {curve}"
 
 
 def flipped(*args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -667,3 +667,25 @@ def test_the_value_loss_setting_reaches_the_update(tiny_run, monkeypatch) -> Non
         run.cfg.ppo = before
     assert kinds and set(kinds) == {"mse"}  # the loss of the update and of the per-role statistics
     assert overall["value_clip_frac"] == 0.0 and overall["value_loss"] > 0
+
+
+def test_a_spent_budget_names_itself_and_a_fresh_one_does_not() -> None:
+    from ragteam.train.ppo import budget_spent
+
+    cfg = PPOConfig.model_validate(dict(data="d", out="o", budget_tokens=100, budget_seconds=60))
+    assert budget_spent(cfg, {"generated_tokens": 99, "seconds": 59.9}) is None
+    assert budget_spent(cfg, {"generated_tokens": 100, "seconds": 0}).startswith("token")
+    assert budget_spent(cfg, {"generated_tokens": 0, "seconds": 60}).startswith("time")
+
+
+def test_a_time_budget_ends_the_run_with_its_checkpoint_and_final_policy(hotpot_small: Path, tmp_path: Path) -> None:
+    """A lease's time limit: `--budget-seconds` stops after the iteration that passes it (here the first),
+    and the run still ends as a finished one does: checkpoint, final policy, the time kept in the state."""
+    from ragteam.train import ppo
+
+    out = ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "run", iterations=5, budget_seconds=0.001))
+    rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]
+    assert (out / "checkpoint-1").is_dir() and (out / "model.safetensors").is_file()
+    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["seconds"] > 0

@@ -51,14 +51,17 @@ def build_workflow(cfg: TeamConfig) -> Workflow:
     return build(cfg.workflow, cfg.workflow_config())
 
 
-def build_models(cfg: TeamConfig, need_policy: bool = True) -> tuple[ChatModel | None, ChatModel]:
-    """(policy, llm): one shared object when both configs are equal, the policy None when not needed."""
+def build_models(
+    cfg: TeamConfig, need_policy: bool = True, need_llm: bool = True
+) -> tuple[ChatModel | None, ChatModel | None]:
+    """(policy, llm): one shared object when both configs are equal, each None when not needed (MMOA-RAG's
+    team is all policy: loading the default LLM beside it would cost its load time and memory for nothing)."""
     from ragteam.llm.factory import build_chat_model
 
-    llm = build_chat_model(cfg.llm)
+    llm = build_chat_model(cfg.llm) if need_llm else None
     if not need_policy:
         return None, llm
-    if cfg.policy == cfg.llm:  # a local model serializes its own calls, so sharing it is safe
+    if llm is not None and cfg.policy == cfg.llm:  # a local model serializes its own calls: sharing is safe
         return llm, llm
     return build_chat_model(cfg.policy), llm
 
@@ -117,7 +120,7 @@ def build_team(
     workflow = build_workflow(cfg)
     retriever = build_retriever(cfg, data, fmt) if "retriever" in workflow.needs else None
     if policy is None:
-        policy, llm = build_models(cfg, need_policy="policy" in workflow.needs)
+        policy, llm = build_models(cfg, "policy" in workflow.needs, "llm" in workflow.needs)
     else:
         from ragteam.llm.factory import build_chat_model
 

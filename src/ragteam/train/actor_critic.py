@@ -100,7 +100,7 @@ def completion_logprobs(
     A constrained sample (`batch.allowed`) is scored under its token whitelist, as it was decoded: the logits
     of every other token are masked before the softmax (its log-probs and entropy are the masked policy's)."""
     h = _gathered_hidden(model.get_decoder(), batch)
-    logits = model.get_output_embeddings()(h)
+    logits = model.get_output_embeddings()(h).float()  # the softmax in float32, whatever the matmul ran in
     if bool((batch.temperature != 1).any()):  # scored as sampled: pi_T = softmax(z / T)
         logits = logits / batch.temperature.to(logits.dtype).clamp_min(1e-4).view(-1, 1, 1)
     if batch.allowed is not None:  # constrained acts: the whitelist they were sampled under

@@ -193,14 +193,15 @@ def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = N
         idx = mine[k] if k < len(mine) else None
         batch = pack_samples([samples[i] for i in idx or every[0]], share_prefix=trainer.share_prefix).to(dev)
         t = batch.mask.shape[1]
-        scored = trainer.ac(batch)
-        if idx is None:
-            continue
-        ref = (
-            completion_logprobs(trainer.ref, batch)[0]
-            if trainer.ref is not None
-            else trainer.ac.reference_logprobs(batch)
-        )
+        with trainer.precision():
+            scored = trainer.ac(batch)
+            if idx is None:
+                continue
+            ref = (
+                completion_logprobs(trainer.ref, batch)[0]
+                if trainer.ref is not None
+                else trainer.ac.reference_logprobs(batch)
+            )
         rows = torch.tensor(idx, device=dev)
         old_logp[rows, :t], ref_logp[rows, :t] = scored.logp, ref
         if critic:
@@ -279,7 +280,8 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
                 old, adv, ret = (x[rows, :t] for x in (exp.old_logp, exp.advantages, exp.returns))
                 old_v = exp.old_values[rows, :t] if exp.old_values is not None else None
                 with no_sync(trainer.model, last=k == steps - 1):
-                    out = trainer.model(batch, entropy=True)
+                    with trainer.precision():
+                        out = trainer.model(batch, entropy=True)
                     pg, _ = pg_loss(out.logp, old, adv, batch.mask, clip=cfg.clip)
                     with torch.no_grad():
                         r = (out.logp - old) * batch.mask
@@ -383,12 +385,25 @@ def evaluate(trainer: Trainer) -> dict[str, Any]:
 # ============================================================================ the loop
 
 
+def budget_spent(cfg: PPOConfig, state: dict[str, Any]) -> str | None:
+    """Which budget the run has spent ("token", "time"), if any: checked after each rollout, so the run ends
+    with that iteration's update, evaluation and checkpoint. The time budget counts the wall time up to the end
+    of this rollout, so a run passes it by at most one update, evaluation and checkpoint: leave that much
+    room under a hard limit."""
+    if cfg.budget_tokens is not None and state["generated_tokens"] >= cfg.budget_tokens:
+        return f"token ({cfg.budget_tokens})"
+    if cfg.budget_seconds is not None and state["seconds"] >= cfg.budget_seconds:
+        return f"time ({cfg.budget_seconds:g} s)"
+    return None
+
+
 def train_ppo(cfg: PPOConfig) -> Path:
     """Run (or resume) PPO as configured; returns the output folder holding the final policy (and critic)."""
     from ragteam.train.curves import write_curves
 
     cfg = with_recipe(cfg)
     trainer = start(cfg)
+    started = time.perf_counter()
     for it in range(trainer.state["iteration"], cfg.iterations):
         timer = PhaseTimer()
         step = Iteration(it, tuple(g["lr"] for g in trainer.optimizer.param_groups))  # the update steps them
@@ -400,8 +415,10 @@ def train_ppo(cfg: PPOConfig) -> Path:
                 for ep in step.episodes for n in ep.policy_nodes() if n.completion is not None
             )  # fmt: skip
             trainer.state["generated_tokens"] += step.generated
-        spent = cfg.budget_tokens is not None and trainer.state["generated_tokens"] >= cfg.budget_tokens
-        last = it + 1 == cfg.iterations or spent
+        trainer.state["seconds"] += time.perf_counter() - started  # training wall time, resumes included
+        started = time.perf_counter()
+        spent = budget_spent(cfg, trainer.state)
+        last = it + 1 == cfg.iterations or spent is not None
 
         with timer("credit"):
             step.samples, step.skipped = credit(trainer, step.episodes)
@@ -432,11 +449,9 @@ def train_ppo(cfg: PPOConfig) -> Path:
         row["seconds"] = {k: round(v, 2) for k, v in timer.seconds.items()}
         if trainer.dist.main:
             log_iteration(trainer, row)
-        if spent:
+        if spent is not None:
             if trainer.dist.main:
-                print(
-                    f"ppo: token budget {cfg.budget_tokens} spent after {it + 1} iterations", file=sys.stderr
-                )
+                print(f"ppo: {spent} budget spent after {it + 1} iterations", file=sys.stderr)
             break
 
     save_actor_critic(trainer.ac, trainer.out, trainer.tokenizer, trainer.dist)

@@ -20,7 +20,7 @@ from ragteam.train.ppo_run import Trainer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
-STATE_KEYS = ("iteration", "generated_tokens", "baseline")
+STATE_KEYS = ("iteration", "generated_tokens", "seconds", "baseline")
 
 
 def save_checkpoint(trainer: Trainer, iteration: int, row: dict[str, Any] | None = None) -> Path:
@@ -86,4 +86,5 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> None:
     if row is not None and trainer.dist.main and not any(r.get("step") == row["step"] for r in logged):
         with (trainer.out / "log.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
-    trainer.state = {k: state[k] for k in STATE_KEYS if k in state} | {"baseline": state.get("baseline", {})}
+    # a checkpoint from before a key existed keeps the fresh run's default for it
+    trainer.state |= {k: state[k] for k in STATE_KEYS if k in state}

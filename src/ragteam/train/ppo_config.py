@@ -124,6 +124,12 @@ class PPOOptions(LoraFields):
         False, description="value head on the policy's trunk (half the memory) instead of a separate critic"
     )
     gradient_checkpointing: bool = Field(False, description="recompute activations: less memory, slower")
+    bf16: bool = Field(
+        False,
+        description="bfloat16 autocast in the trainer's forward passes (old, reference and updated log-probs, "
+        "values): weights, optimizer state, log-softmax and losses stay float32; for GPUs with bf16 and CPUs "
+        "with AMX or AVX512-BF16, where matrix products run several times faster",
+    )
     parallel: Literal["ddp", "fsdp"] = Field(
         "ddp",
         description="under torchrun: ddp = every rank holds the whole model, gradients all-reduced; fsdp = "
@@ -176,6 +182,13 @@ class PPOConfig(TeamConfig):
         None,
         ge=1,
         description="stop once the policy has generated this many tokens in all (equal-budget comparisons)",
+    )
+    budget_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="stop after the iteration that passes this many seconds of training wall time in all "
+        "(a lease or a job's time limit; resumed runs count their earlier time); the run still ends "
+        "with its last evaluation, checkpoint and final policy",
     )
     eval_data: str | None = Field(None, description="held-out questions evaluated greedily (default: none)")
     eval_offset: int = Field(0, ge=0)

@@ -77,8 +77,13 @@ class Trainer:
     # what a checkpoint restores: updates done, tokens generated, the first iterations' per-role statistics
     # (the baseline `ppo_log.runaway` compares later ones with)
     state: dict[str, Any] = field(
-        default_factory=lambda: {"iteration": 0, "generated_tokens": 0, "baseline": {}}
+        default_factory=lambda: {"iteration": 0, "generated_tokens": 0, "seconds": 0.0, "baseline": {}}
     )
+
+    def precision(self) -> torch.autocast:
+        """The context every trainer forward runs in: bfloat16 autocast under --ppo.bf16 (the same for the
+        old, reference and updated log-probs, so the first step's ratio is exactly 1), else a no-op."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.ppo.bf16)
 
 
 @dataclass
