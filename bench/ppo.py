@@ -490,7 +490,8 @@ def side_trl(bench: argparse.Namespace) -> dict:
             num_sample_generations=0,
             save_strategy="no",
         )
-        if bench.bf16:  # trl 1.12 builds its Accelerator without the config's bf16: the environment reaches it
+        # trl 1.12 builds its Accelerator without the config's bf16: the environment reaches it
+        if bench.bf16:
             os.environ["ACCELERATE_MIXED_PRECISION"] = "bf16"
         trainer = PPOTrainer(
             args=config,
@@ -690,7 +691,7 @@ def side_trl(bench: argparse.Namespace) -> dict:
         "trl": trl.__version__,
         "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={getattr(args.optim, 'value', args.optim)})",
         "attention": policy.config._attn_implementation,
-        "precision": "float32" if accelerator.mixed_precision == "no" else f"{accelerator.mixed_precision} autocast",
+        "precision": _precision(accelerator.mixed_precision),
         "padded_width": int(query_responses.shape[1]),
     }
     return result("trl", raw, bench, measured, per_update, computed, extra)
@@ -857,7 +858,7 @@ def side_trl_grpo(bench: argparse.Namespace) -> dict:
         "trl": trl.__version__,
         "optimizer": f"{type(inner).__name__} ({impl}; Trainer optim={getattr(args.optim, 'value', args.optim)})",
         "attention": policy.config._attn_implementation,
-        "precision": "float32" if accelerator.mixed_precision == "no" else f"{accelerator.mixed_precision} autocast",
+        "precision": _precision(accelerator.mixed_precision),
         "padded_width": int(prompt_completion_ids.shape[1]),
         "advantage": f"GRPOTrainer group advantages (scale_rewards {trainer.scale_rewards}, beta {trainer.beta})",
         "loss_type": trainer.loss_type,
@@ -932,6 +933,11 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     out += ["--epochs", str(args.epochs), "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
     out += ["--threads", str(args.threads), "--group-size", str(args.group_size)]
     return out + (["--bf16"] if args.bf16 else [])
+
+
+def _precision(mixed: str) -> str:
+    """An Accelerator's mixed_precision as the report names it."""
+    return "float32" if mixed == "no" else f"{mixed} autocast"
 
 
 def _mb(x: float | None) -> str:

@@ -678,7 +678,9 @@ def test_a_spent_budget_names_itself_and_a_fresh_one_does_not() -> None:
     assert budget_spent(cfg, {"generated_tokens": 0, "seconds": 60}).startswith("time")
 
 
-def test_a_time_budget_ends_the_run_with_its_checkpoint_and_final_policy(hotpot_small: Path, tmp_path: Path) -> None:
+def test_a_time_budget_ends_the_run_with_its_checkpoint_and_final_policy(
+    hotpot_small: Path, tmp_path: Path
+) -> None:
     """A lease's time limit: `--budget-seconds` stops after the iteration that passes it (here the first),
     and the run still ends as a finished one does: checkpoint, final policy, the time kept in the state."""
     from ragteam.train import ppo
