@@ -32,16 +32,18 @@ E="$M $R --data $D --offset 400 --limit $EVAL_LIMIT --rollout.max-concurrent $BA
 mkdir -p "$W"
 t0=$SECONDS
 stamp() { echo "[mmoa_grpo] $(date +%T) +$((SECONDS - t0))s $*"; }
+log=""
+trap '[ -n "$log" ] && tail -n 40 "$log"' ERR   # a failed stage shows the end of its log
 
-stamp "SFT data"
+stamp "SFT data"; log="$W/collect.log"
 $RT collect sft $M $R --data "$D" --limit 400 --out "$W/sft-data" --overwrite --no-progress >"$W/collect.log" 2>&1
-stamp "SFT ($SFT_STEPS steps)"
+stamp "SFT ($SFT_STEPS steps)"; log="$W/sft.log"
 $RT train sft --data "$W/sft-data/sft.jsonl" --out "$W/sft" --init "$POLICY" --max-steps "$SFT_STEPS" \
   --batch-size 4 --save-steps "$SFT_STEPS" --max-length 2048 --overwrite --no-progress >"$W/sft.log" 2>&1
 SFT="$W/sft/checkpoint-$SFT_STEPS"
-stamp "eval of the SFT start"
+stamp "eval of the SFT start"; log="$W/eval-sft.log"
 $RT eval $E --policy.model "$SFT" --out "$W/eval-sft" --overwrite --no-progress >"$W/eval-sft.log" 2>&1
-stamp "GRPO (budget ${BUDGET_S}s)"
+stamp "GRPO (budget ${BUDGET_S}s)"; log="$W/grpo.log"
 $RT train ppo --recipe mmoa $M $R --data "$D" --limit 400 --init "$SFT" --out "$W/grpo" --overwrite \
   --iterations "$ITERS" --budget-seconds "$BUDGET_S" --questions-per-iteration "$QPI" \
   --rollout.group-size "$GROUP" --ppo.advantage grpo --ppo.train-roles selector,generator \
@@ -49,9 +51,9 @@ $RT train ppo --recipe mmoa $M $R --data "$D" --limit 400 --init "$SFT" --out "$
   --ppo.kl-beta 0 --ppo.kl-anneal-to 0 --ppo.kl-beta-min 0 \
   --ppo.minibatch-tokens "$MB_TOKENS" --ppo.micro-tokens "$MB_TOKENS" \
   --rollout.max-concurrent "$BATCH" --policy.max-batch-size "$BATCH" --no-progress >"$W/grpo.log" 2>&1
-stamp "eval of the GRPO policy"
+stamp "eval of the GRPO policy"; log="$W/eval-grpo.log"
 $RT eval $E --policy.model "$W/grpo" --out "$W/eval-grpo" --overwrite --no-progress >"$W/eval-grpo.log" 2>&1
-stamp "paired comparison"
+stamp "paired comparison"; log=""
 $RT compare "$W/eval-sft" "$W/eval-grpo" | tee "$W/compare.txt"
 $RT compare "$W/eval-sft" "$W/eval-grpo" --json >"$W/compare.json"
 stamp "done"

@@ -242,6 +242,15 @@ def tensorboard_available() -> bool:
     return True
 
 
+def _checkpointing_arg() -> str:
+    """TrainingArguments' name for activation recomputation: `activation_checkpointing` in recent
+    transformers, `gradient_checkpointing` before (5.17 on the GPU image we measured on)."""
+    from transformers import TrainingArguments
+
+    fields = TrainingArguments.__dataclass_fields__
+    return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+
+
 def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
     """Keyword arguments shared by SFTConfig, DPOConfig and RewardConfig (all TrainingArguments)."""
     import torch
@@ -270,7 +279,7 @@ def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
         disable_tqdm=not cfg.progress,
         use_cpu=cfg.device == "cpu",
         bf16=cfg.bf16,  # TRL's configs default to bf16=True; off unless asked (CPU)
-        activation_checkpointing=cfg.gradient_checkpointing,  # TRL's default is on; off: faster on CPU
+        **{_checkpointing_arg(): cfg.gradient_checkpointing},  # TRL's default is on; off: faster on CPU
         dataloader_num_workers=0,
         dataloader_pin_memory=cfg.device != "cpu" and torch.cuda.is_available(),
         save_only_model=False,  # optimizer and scheduler state too, so --resume continues exactly
