@@ -20,6 +20,7 @@ if [ "$stage" = prepare ]; then
 print('torch', torch.__version__, torch.cuda.get_device_name(0), '| transformers', transformers.__version__,
       '| trl', trl.__version__, '| datasets', datasets.__version__, '| pyarrow', pyarrow.__version__,
       '| peft', peft.__version__, '| accelerate', accelerate.__version__)"
+  [ "${DRY:-1}" = 0 ] && exit 0
   POLICY=tiny SFT_STEPS=2 QPI=2 GROUP=4 ITERS=1 EVAL_LIMIT=4 BATCH=64 WORK=/root/dry \
     bash scripts/experiments/mmoa_grpo.sh
   python3 - <<'PY'
