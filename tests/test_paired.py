@@ -3,6 +3,7 @@ id (refused on different question sets), and `ragteam compare` end to end on two
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -180,6 +181,12 @@ def test_cli_end_to_end(tmp_path: Path):
     )
     assert any(line.startswith("| F1 |") and line.endswith("| – |") for line in lines)
     assert "12 questions, 11 answers changed, 9 better, 2 worse (by F1); failed: A 0, B 0" in lines
+
+    gz = tmp_path / "b.jsonl.gz"  # an archived run (docs/runs/): read through gzip, the same comparison
+    gz.write_bytes(gzip.compress(b.read_bytes()))
+    zipped = _cli(str(a), str(gz), "--json")
+    assert zipped.returncode == 0, zipped.stderr
+    assert json.loads(zipped.stdout)["metrics"] == out["metrics"]
 
 
 def test_cli_errors_name_the_file(tmp_path: Path, capsys):

@@ -119,12 +119,14 @@ def build_team(
     LLM server is then a model of its own, built only when the workflow asks it, never that policy."""
     workflow = build_workflow(cfg)
     retriever = build_retriever(cfg, data, fmt) if "retriever" in workflow.needs else None
+    # the LLM answers a workflow's LLM role, or ranks keep-one-of-N candidates (RAG-Gym Fig. 10)
+    need_llm = "llm" in workflow.needs or cfg.rollout.best_of.scorer == "llm"
     if policy is None:
-        policy, llm = build_models(cfg, "policy" in workflow.needs, "llm" in workflow.needs)
+        policy, llm = build_models(cfg, "policy" in workflow.needs, need_llm)
     else:
         from ragteam.llm.factory import build_chat_model
 
-        llm = build_chat_model(cfg.llm) if "llm" in workflow.needs else None
+        llm = build_chat_model(cfg.llm) if need_llm else None
     critic = None
     best = cfg.rollout.best_of
     if cfg.critic.model is not None and best.n > 1 and best.scorer == "critic":  # only where it scores

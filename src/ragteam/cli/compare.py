@@ -31,12 +31,12 @@ with warnings.catch_warnings():
 
         run_a: str = Field(
             ...,
-            description="run A (the baseline): an eval output folder or an episodes .jsonl file",
+            description="run A (the baseline): an eval output folder or an episodes .jsonl (or .jsonl.gz) file",
             json_schema_extra={"positional": True},
         )
         run_b: str = Field(
             ...,
-            description="run B (compared with A): an eval output folder or an episodes .jsonl file",
+            description="run B (compared with A): an eval output folder or an episodes .jsonl (or .jsonl.gz) file",
             json_schema_extra={"positional": True},
         )
         metrics: list[Literal["em", "f1", "cover_em", "mc_acc"]] = Field(
