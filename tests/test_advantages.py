@@ -173,3 +173,20 @@ def test_groups_that_scored_alike_are_uninformative_unless_their_fork_differs():
         sample("d", "d", 1.0),  # alone
     ]
     assert informative(samples) == [True, True, False, False, True, True, False]
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_every_estimator_computes_on_its_inputs_device(name: str):
+    """No tensor is made on the default device behind the inputs' back: with the default set to `meta`, any
+    such tensor meets the CPU inputs and fails, as it did on CUDA (group sums built on the CPU beside CUDA
+    scores). The CPU suite catches what only a GPU run used to show."""
+    rewards = t([[0.0, 1.0], [0.0, 0.0], [1.0, 0.5], [0.0, 0.2]])
+    mask, values = t([[1, 1]] * 4), t([[0.1, 0.2]] * 4)
+    index, siblings = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 0, -1, -1])
+    with torch.device("meta"):
+        adv, ret = get_advantage(name).fn(
+            rewards, mask, values, index, siblings=siblings, gamma=1.0, lam=0.95
+        )
+        whitened = normalize(adv, mask, torch.tensor([0, 1, 0, 1], device="cpu"), "role")
+    assert adv.device.type == ret.device.type == whitened.device.type == "cpu"
+    assert torch.isfinite(whitened).all()

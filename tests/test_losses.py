@@ -241,3 +241,21 @@ def test_registry_errors():
         get_policy_loss("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_policy_loss("ppo")(policy_loss)
+
+
+def test_the_update_losses_compute_on_their_inputs_device():
+    """As for the advantage estimators (test_advantages.py): with the default device set to `meta`, a tensor
+    made without its inputs' device would meet the CPU inputs and fail."""
+    from ragteam.train.losses import get_policy_loss, value_loss
+
+    logp, old, adv = (
+        t([[-1.0, -2.0], [-0.5, -0.1]]),
+        t([[-1.1, -1.9], [-0.4, -0.2]]),
+        t([[1.0, 1.0], [-1, -1]]),
+    )
+    mask, scores = torch.tensor([[True, True], [True, False]]), t([1.0, 0.0])
+    with torch.device("meta"):
+        rewards = token_rewards(scores, kl_penalty(logp, old, "k3"), mask, 0.1)
+        pg, _ = get_policy_loss("ppo")(logp, old, adv, mask, clip=0.2)
+        vf, _ = value_loss(logp, old, adv, mask, clip=0.2, kind="clipped")
+    assert {x.device.type for x in (rewards, pg, vf)} == {"cpu"}
