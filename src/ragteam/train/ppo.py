@@ -30,7 +30,8 @@ Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
                  newest one, losing and repeating no update.
 
 Building the run is `ppo_run.py`; the judge's and the process reward model's rewards, put on the trees
-before credit, `ppo_rewards.py`; the log row and the guards that watch it (entropy, KL and reply length
+before credit, `ppo_rewards.py`; the log row, the statistics the phases measure for it (per-role PPO
+statistics, the rollout backend's log-prob drift) and the guards that watch it (entropy, KL and reply length
 running away, per role) `ppo_log.py`. Output in `--out`: the final policy (a model folder), its critic
 (`OUT/critic/`, when there is one), `log.jsonl`, `runs/` (TensorBoard), `wandb/` (--report-to wandb),
 `curves.png`, `checkpoint-N/`, `config.yaml`.
@@ -46,7 +47,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from ragteam.credit import get_credit
 from ragteam.rollout.traces import write_episodes
@@ -77,7 +77,7 @@ from ragteam.train.losses import get_policy_loss, kl_penalty, masked_mean, token
 from ragteam.train.meters import PhaseTimer, RoleMeters
 from ragteam.train.ppo_checkpoint import load_checkpoint, save_checkpoint
 from ragteam.train.ppo_config import PPOConfig, with_recipe
-from ragteam.train.ppo_log import iteration_row, log_iteration, open_scalars
+from ragteam.train.ppo_log import iteration_row, log_iteration, logprob_drift, open_scalars, role_stats
 from ragteam.train.ppo_rewards import judge_leaves, score_acts
 from ragteam.train.ppo_run import Experience, Iteration, Trainer, build
 from ragteam.train.sync import SharedModule
@@ -211,7 +211,7 @@ def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = N
         filled = mask.to(torch.int32)
         dist.sum_(old_logp, ref_logp, values, filled)
         mask = filled.bool()
-    drift = _logprob_drift(samples, old_logp)
+    drift = logprob_drift(samples, old_logp)
     kl = kl_penalty(old_logp, ref_logp, cfg.kl_estimator) * mask
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32, device=dev)
     rewards = token_rewards(scores, kl, mask, trainer.kl.beta)
@@ -221,20 +221,6 @@ def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = N
     )
     adv = normalize(adv, mask, roles, cfg.normalize)
     return Experience(samples, mask, old_logp, ref_logp, values if critic else None, kl, adv, returns, drift)
-
-
-def _logprob_drift(samples: list[Sample], old_logp: Tensor) -> float | None:
-    """Mean absolute gap per token between the trainer's log-probs and the rollout backend's (recorded at
-    temperature 1, so compared on the samples drawn at 1): ~1e-6 in process, larger from a server (other
-    kernels, bf16) or when its weights lag the trainer's."""
-    total, count = 0.0, 0
-    for b, s in enumerate(samples):
-        recorded = s.rollout_logprobs
-        if s.temperature == 1 and recorded is not None and len(recorded) == len(s.completion_ids):
-            ours = old_logp[b, : len(s.completion_ids)].cpu()
-            total += float((ours - torch.tensor(recorded)).abs().sum())
-            count += len(s.completion_ids)
-    return total / count if count else None
 
 
 def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
@@ -298,7 +284,7 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
                     # token mean over the whole minibatch (all ranks' shares)
                     (loss * batch.mask.sum() / mb_tokens * weight).backward()
                 if weight:
-                    _role_stats(meters, batch, out, old, adv, ret, old_v, cfg, pg_loss)
+                    role_stats(meters, batch, out, old, adv, ret, old_v, cfg, pg_loss)
             dist.sum_(drift)
             if cfg.target_kl is not None and float(drift) / float(mb_tokens) > 1.5 * cfg.target_kl:
                 # the policy already moved this far from the rollout's: no more steps this iteration
@@ -315,36 +301,6 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
     trainer.ac.eval()
     trainer.scheduler.step()
     return merge_meters(meters, dist)
-
-
-@torch.no_grad()
-def _role_stats(meters: RoleMeters, batch, out, old, adv, ret, old_v, cfg, pg_loss) -> None:
-    """Token-weighted PPO statistics of one micro-batch: overall and for each role in it."""
-    roles = sorted({s.role for s in batch.samples})
-    role_of = [s.role for s in batch.samples]
-    for role in [None, *roles]:
-        m = (
-            batch.mask
-            if role is None
-            else batch.mask
-            & torch.tensor([r == role for r in role_of], device=batch.mask.device).unsqueeze(1)
-        )
-        n = float(m.sum())
-        if n == 0:
-            continue
-        pg, pstats = pg_loss(out.logp, old, adv, m, clip=cfg.clip)
-        stats = {
-            "policy_loss": pg.item(),
-            "clip_frac": pstats["clip_frac"],
-            "approx_kl": pstats["approx_kl"],
-            "entropy": masked_mean(out.entropy, m).item(),
-            "advantage_abs": masked_mean(adv.abs(), m).item(),
-        }
-        if old_v is not None:
-            vf, vstats = value_loss(out.values, old_v, ret, m, clip=cfg.value_clip, kind=cfg.value_loss)
-            stats |= {"value_loss": vf.item(), "value_clip_frac": vstats["clip_frac"]}
-        for name, value in stats.items():
-            meters.add(role, name, value, n)
 
 
 def evaluate(trainer: Trainer) -> dict[str, Any]:
