@@ -266,3 +266,16 @@ def wrong_no_act(qid: str) -> Episode:
         Node(id=-1, parent=None, kind="answer", answer="Bob", rewards={"em": 0.0, "f1": 0.0, "cover_em": 0.0})
     )
     return ep
+
+
+def test_questions_for_power_hand_computed():
+    from ragteam.stats.paired import questions_for_power
+
+    # ((1.959964 + 0.841621) * 1.0 / 0.5)^2 = 5.60317^2 = 31.40 -> 32 questions
+    assert questions_for_power(0.5, 1.0) == 32
+    assert questions_for_power(-0.5, 1.0) == 32  # the sign of the difference does not matter
+    assert questions_for_power(0.0, 1.0) is None  # no difference: nothing to power for
+    # differences +1, +1, -1, +1: mean 0.5, squared deviations 0.25 + 0.25 + 2.25 + 0.25 = 3, / (4 - 1) -> sd 1
+    boot = paired_bootstrap([0, 0, 1, 0], [1, 1, 0, 1])
+    assert boot["sd_diff"] == pytest.approx(1.0)
+    assert boot["n_for_power"] == 32

@@ -110,6 +110,16 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
     )
     if c["dropped"]:
         line += f"; {c['dropped']} questions held by only one run were dropped (--intersect)"
+    needed = [
+        f"{METRIC_LABELS.get(m, m)} {r['bootstrap']['n_for_power']:,}"
+        for m, r in result["metrics"].items()
+        if m != "invalid" and r["bootstrap"]["n_for_power"] is not None
+    ]
+    if needed:
+        line += (
+            "\nquestions needed for p < 0.05 with 80 % power at the observed difference (normal approximation): "
+            + ", ".join(needed)
+        )
     return f"A: {a}\nB: {b}\n\n{table(header, rows)}\n\n{line}"
 
 

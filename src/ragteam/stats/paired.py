@@ -6,7 +6,9 @@ both runs answer the same questions. Pairing by question id removes it, so these
 per-question differences: a paired bootstrap of the mean difference (any metric) and McNemar's exact test
 (0/1 metrics: only the questions where exactly one run is right carry evidence). Behaviour is paired too: each
 question's share of invalid policy acts (replies its parser could not read), with the bootstrap and an exact
-sign test over the questions whose share changed; training that teaches a format shows there first.
+sign test over the questions whose share changed; training that teaches a format shows there first. A
+difference short of significance comes with the number of paired questions that would detect it
+(`questions_for_power`): no effect and too few questions read the same in a p-value alone.
 
 Pure functions; numpy only (the binomial tail is exact, with `math.comb`).
 """
@@ -55,7 +57,29 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = RESAMPLES,
     else:
         crossed = means <= _ZERO if observed > 0 else means >= -_ZERO
         p = min(1.0, 2.0 * float(crossed.mean()))
-    return {"n": len(d), "mean_diff": observed, "ci95": [float(lo), float(hi)], "p": p, "resamples": n}
+    sd = float(d.std(ddof=1)) if len(d) > 1 else 0.0
+    return {
+        "n": len(d),
+        "mean_diff": observed,
+        "ci95": [float(lo), float(hi)],
+        "p": p,
+        "resamples": n,
+        "sd_diff": sd,
+        "n_for_power": questions_for_power(observed, sd),
+    }
+
+
+Z_ALPHA, Z_POWER = 1.959964, 0.841621  # two-sided 5 % level; 80 % power
+
+
+def questions_for_power(mean_diff: float, sd_diff: float) -> int | None:
+    """Paired questions needed for a two-sided test at the 5 % level to detect `mean_diff` with 80 % power,
+    given the per-question differences' standard deviation (normal approximation: n = ((z_0.975 + z_0.8) sd /
+    mean)^2). The question a result short of significance raises: is it no effect, or too few questions?
+    None when the observed difference is 0 (no effect to power for)."""
+    if abs(mean_diff) <= _ZERO:
+        return None
+    return max(2, math.ceil(((Z_ALPHA + Z_POWER) * sd_diff / abs(mean_diff)) ** 2))
 
 
 def binomial_cdf_half(k: int, n: int) -> float:
