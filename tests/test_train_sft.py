@@ -432,3 +432,16 @@ def test_missing_field_and_bad_json(tmp_path: Path) -> None:
         read_sft_rows(path)
     with pytest.raises(DataError, match="no rows"):
         read_sft_rows(write_jsonl(tmp_path / "c.jsonl", []))
+
+
+def test_the_recomputation_flag_is_named_as_the_installed_transformers_names_it():
+    """transformers renamed TrainingArguments' gradient_checkpointing to activation_checkpointing (5.17 on the GPU
+    image has only the old name): the trainers pass whichever this installation's TrainingArguments has."""
+    from transformers import TrainingArguments
+
+    from ragteam.train.common import _checkpointing_arg
+
+    name = _checkpointing_arg()
+    assert name in TrainingArguments.__dataclass_fields__
+    if "activation_checkpointing" in TrainingArguments.__dataclass_fields__:
+        assert name == "activation_checkpointing"

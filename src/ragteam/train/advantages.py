@@ -111,13 +111,15 @@ def group_center(scores: Tensor, index: Tensor, scale: bool = True, eps: float =
         return out
     idx = index[valid]
     groups = int(idx.max()) + 1
-    count = torch.zeros(groups, device=scores.device).index_add_(0, idx, torch.ones_like(scores[valid]))
-    mean = torch.zeros(groups, device=scores.device).index_add_(0, idx, scores[valid]) / count.clamp_min(1)
+
+    def per_group(x: Tensor) -> Tensor:  # the sum of x over each group, on the scores' device
+        return scores.new_zeros(groups).index_add_(0, idx, x)
+
+    count = per_group(torch.ones_like(scores[valid]))
+    mean = per_group(scores[valid]) / count.clamp_min(1)
     centered = scores[valid] - mean[idx]
     if scale:
-        var = torch.zeros(groups, device=scores.device).index_add_(0, idx, centered**2) / (
-            count - 1
-        ).clamp_min(1)
+        var = per_group(centered**2) / (count - 1).clamp_min(1)
         centered = centered / (var.sqrt()[idx] + eps)
     centered = torch.where(count[idx] > 1, centered, torch.zeros_like(centered))
     out[valid] = centered
