@@ -279,3 +279,16 @@ def test_questions_for_power_hand_computed():
     boot = paired_bootstrap([0, 0, 1, 0], [1, 1, 0, 1])
     assert boot["sd_diff"] == pytest.approx(1.0)
     assert boot["n_for_power"] == 32
+
+
+def test_detectable_effect_hand_computed():
+    from ragteam.stats.paired import detectable_effect, questions_for_power
+
+    # (1.959964 + 0.841621) * 0.279 / sqrt(900) = 2.801585 * 0.0093 = 0.026055: the 900 held-out questions
+    assert detectable_effect(0.279, 900) == pytest.approx(0.026055, abs=1e-6)
+    assert detectable_effect(0.279, 100) == pytest.approx(0.078164, abs=1e-6)
+    assert detectable_effect(1.0, 1) is None  # one question has no spread to test against
+    # the inverse of questions_for_power: the effect n questions detect needs n questions
+    assert questions_for_power(detectable_effect(1.0, 50) * (1 + 1e-9), 1.0) == 50  # (ceil: float noise)
+    # differences +1, +1, -1, +1 (sd 1, n 4): 2.801585 / 2
+    assert paired_bootstrap([0, 0, 1, 0], [1, 1, 0, 1])["detectable"] == pytest.approx(1.4007925)

@@ -120,6 +120,16 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
             "\nquestions needed for p < 0.05 with 80 % power at the observed difference (normal approximation): "
             + ", ".join(needed)
         )
+    detectable = [
+        f"{METRIC_LABELS.get(m, m)} {r['bootstrap']['detectable']:.1f}"
+        for m, r in result["metrics"].items()
+        if m != "invalid" and r["bootstrap"].get("detectable") is not None
+    ]
+    if detectable:
+        line += (
+            f"\nsmallest difference {c['questions']} questions detect (p < 0.05, 80 % power, the observed spread): "
+            + ", ".join(detectable)
+        )
     return f"A: {a}\nB: {b}\n\n{table(header, rows)}\n\n{line}"
 
 

@@ -66,6 +66,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = RESAMPLES,
         "resamples": n,
         "sd_diff": sd,
         "n_for_power": questions_for_power(observed, sd),
+        "detectable": detectable_effect(sd, len(d)),
     }
 
 
@@ -80,6 +81,16 @@ def questions_for_power(mean_diff: float, sd_diff: float) -> int | None:
     if abs(mean_diff) <= _ZERO:
         return None
     return max(2, math.ceil(((Z_ALPHA + Z_POWER) * sd_diff / abs(mean_diff)) ** 2))
+
+
+def detectable_effect(sd_diff: float, n: int) -> float | None:
+    """The smallest mean difference `n` paired questions detect at the 5 % level with 80 % power, given the
+    per-question differences' standard deviation: (z_0.975 + z_0.8) sd / sqrt(n), `questions_for_power`
+    solved for the effect. What a pre-registered plan states before its run (with the sd of an earlier run),
+    and what a null result after it rules out. None for fewer than 2 questions."""
+    if n < 2:
+        return None
+    return (Z_ALPHA + Z_POWER) * sd_diff / math.sqrt(n)
 
 
 def binomial_cdf_half(k: int, n: int) -> float:
