@@ -82,7 +82,7 @@ from ragteam.train.ppo_rewards import judge_leaves, score_acts
 from ragteam.train.ppo_run import Experience, Iteration, Trainer, build
 from ragteam.train.sync import SharedModule
 
-__all__ = ["PPOConfig", "start", "train_ppo"]
+__all__ = ["NothingTrained", "PPOConfig", "start", "train_ppo"]
 
 PHASES = ("rollout", "credit", "advantages", "update", "evaluate", "checkpoint")
 
@@ -174,6 +174,17 @@ def trained(
     return kept, ids
 
 
+def phase_bar(trainer: Trainer, phase: str, tokens: int):
+    """A progress bar over a phase's tokens (prompt + completion), its rate in tokens/s: the advantage pass
+    and the update take minutes on CPU (SmolLM2: 148 s and 571 s), where a silent terminal looks hung. Shown
+    on the main process under `--progress`, as the rollout's bar is (its seconds are also on the iteration's
+    line)."""
+    from tqdm.auto import tqdm
+
+    on = trainer.cfg.progress and trainer.dist.main
+    return tqdm(total=tokens, desc=f"ppo {phase}", unit="tok", unit_scale=True, disable=not on)
+
+
 @torch.no_grad()
 def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = None) -> Experience:
     """Phase 3: old log-probs (and values) under the current weights, reference log-probs, token rewards,
@@ -189,6 +200,7 @@ def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = N
     mine = every[dist.rank :: dist.world]  # torchrun: every world-th micro-batch; the others score the rest
     # FSDP gathers weights inside each forward: every rank runs as many (one scores a batch for nothing)
     steps = -(-len(every) // dist.world) if sharded(trainer.ac) else len(mine)
+    bar = phase_bar(trainer, "advantages", sum(samples[i].length for idx in mine for i in idx))
     for k in range(steps):
         idx = mine[k] if k < len(mine) else None
         batch = pack_samples([samples[i] for i in idx or every[0]], share_prefix=trainer.share_prefix).to(dev)
@@ -207,6 +219,8 @@ def advantages(trainer: Trainer, samples: list[Sample], ids: GroupIds | None = N
         if critic:
             values[rows, :t] = scored.values
         mask[rows, :t] = batch.mask
+        bar.update(sum(samples[i].length for i in idx))
+    bar.close()
     if dist.on:  # each row was filled by one rank, zeros elsewhere: the sum is the whole table
         filled = mask.to(torch.int32)
         dist.sum_(old_logp, ref_logp, values, filled)
@@ -241,6 +255,7 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
     if cfg.gradient_checkpointing:
         trainer.ac.policy.train()
     steps_taken, stopped = 0, False
+    bar = phase_bar(trainer, "update", cfg.epochs * sum(lengths) // dist.world)
     for _ in range(cfg.epochs):
         if stopped:
             break
@@ -285,6 +300,7 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
                     (loss * batch.mask.sum() / mb_tokens * weight).backward()
                 if weight:
                     role_stats(meters, batch, out, old, adv, ret, old_v, cfg, pg_loss)
+                    bar.update(sum(lengths[i] for i in idx))
             dist.sum_(drift)
             if cfg.target_kl is not None and float(drift) / float(mb_tokens) > 1.5 * cfg.target_kl:
                 # the policy already moved this far from the rollout's: no more steps this iteration
@@ -297,6 +313,7 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
             if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
                 norm = norm.full_tensor()
             meters.add(None, "grad_norm", float(norm))
+    bar.close()
     meters.add(None, "optimizer_steps", steps_taken)
     trainer.ac.eval()
     trainer.scheduler.step()
@@ -341,6 +358,49 @@ def evaluate(trainer: Trainer) -> dict[str, Any]:
 # ============================================================================ the loop
 
 
+class NothingTrained(ValueError):
+    """Every iteration of a run left every act out of the update: the saved policy is its initial weights.
+    A ValueError, so the command ends with `ragteam: error: ...` and exit status 1, not "saved"."""
+
+
+def nothing_trained(acts: list[dict[str, Any]]) -> str | None:
+    """The error of a run whose every iteration (`acts`: each iteration's `act_counts`, this process's) trained
+    no act, with the reasons summed over the run; None when one did, or when no iteration ran (a resumed run
+    that was already complete)."""
+    if not acts or any(a["trained"] for a in acts):
+        return None
+    reasons: dict[str, int] = {}
+    for a in acts:
+        for k, v in a["skipped"].items():
+            reasons[k] = reasons.get(k, 0) + v
+    why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])) or "no acts"
+    hint = {
+        "uninformative_group": "every group scored alike: raise --rollout.group-size or the temperature, "
+        "or start from a policy that sometimes succeeds",
+        "too_long": "raise --ppo.max-sample-tokens",
+    }
+    top = max(reasons, key=reasons.get) if reasons else ""
+    return (
+        f"train ppo: no iteration trained any act ({len(acts)} iterations, {sum(a['total'] for a in acts)} "
+        f"acts: {why}); the policy in the output folder is the initial one"
+        + (f"; {hint[top]}" if top in hint else "")
+    )
+
+
+def keep_rollouts(trainer: Trainer, iteration: int, episodes: list[Episode]) -> Path | None:
+    """With `--save-rollouts-every N`, the episodes the update of every Nth iteration learns from (rewards,
+    judge verdicts and process scores on them) in OUT/rollouts/iteration-N.jsonl, `ragteam eval`'s
+    episodes.jsonl format: `ragteam ask --episodes FILE` prints their traces and `ragteam compare` reads them.
+    `iteration` is 1-based: iteration-N was played with the weights after N - 1 updates."""
+    every = trainer.cfg.save_rollouts_every
+    if not every or iteration % every or not trainer.dist.main:
+        return None
+    path = trainer.out / "rollouts" / f"iteration-{iteration}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_episodes(path, episodes)
+    return path
+
+
 def budget_spent(cfg: PPOConfig, state: dict[str, Any]) -> str | None:
     """Which budget the run has spent ("token", "time"), if any: checked after each rollout, so the run ends
     with that iteration's update, evaluation and checkpoint. The time budget counts the wall time up to the end
@@ -354,12 +414,16 @@ def budget_spent(cfg: PPOConfig, state: dict[str, Any]) -> str | None:
 
 
 def train_ppo(cfg: PPOConfig) -> Path:
-    """Run (or resume) PPO as configured; returns the output folder holding the final policy (and critic)."""
+    """Run (or resume) PPO as configured; returns the output folder holding the final policy (and critic).
+
+    Raises `NothingTrained` (after writing the log, curves and policy, for inspection) when every iteration
+    this call ran left every act out of the update: a run that learned nothing does not end as a success."""
     from ragteam.train.curves import write_curves
 
     cfg = with_recipe(cfg)
     trainer = start(cfg)
     started = time.perf_counter()
+    acts: list[dict[str, Any]] = []  # each iteration's act_counts: a run that trained nothing is an error
     for it in range(trainer.state["iteration"], cfg.iterations):
         timer = PhaseTimer()
         step = Iteration(it, tuple(g["lr"] for g in trainer.optimizer.param_groups))  # the update steps them
@@ -379,6 +443,7 @@ def train_ppo(cfg: PPOConfig) -> Path:
         with timer("credit"):
             step.samples, step.skipped = credit(trainer, step.episodes)
             step.trained, ids = trained(trainer, step.samples, step.skipped)
+        keep_rollouts(trainer, it + 1, step.episodes)
 
         if step.trained:
             with timer("advantages"):
@@ -403,6 +468,7 @@ def train_ppo(cfg: PPOConfig) -> Path:
             if (it + 1) % cfg.save_every == 0 or last:
                 save_checkpoint(trainer, it + 1, row)
         row["seconds"] = {k: round(v, 2) for k, v in timer.seconds.items()}
+        acts.append(row["acts"])
         if trainer.dist.main:
             log_iteration(trainer, row)
         if spent is not None:
@@ -419,4 +485,7 @@ def train_ppo(cfg: PPOConfig) -> Path:
         close()
     if trainer.scalars is not None:
         trainer.scalars.close()
+    error = nothing_trained(acts)
+    if error is not None:
+        raise NothingTrained(error)  # the CLI prints it as `ragteam: error: ...` and exits with status 1
     return trainer.out

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.config import ConfigError
 from ragteam.llm.critic import CriticConfig
+from ragteam.rollout.config import RolloutConfig
 from ragteam.train.common import LoraFields
 from ragteam.train.report import REPORT_TO_HELP, ReportTo
 from ragteam.workflows import profiles
@@ -176,6 +177,11 @@ class PPOConfig(TeamConfig):
     init: str = Field(
         "smollm2", description="the policy to start from (an SFT model folder), also the KL reference"
     )
+    rollout: RolloutConfig = Field(
+        default_factory=lambda: RolloutConfig(temperature=SAMPLING_TEMPERATURE),
+        description="decoding, seeds, groups and forks of the training rollouts (temperature 1 by default "
+        "here: PPO learns from sampled acts; the held-out evaluation is greedy)",
+    )
     iterations: int = Field(10, ge=1, description="PPO iterations (rollout + update each)")
     questions_per_iteration: int = Field(8, ge=1, description="questions rolled out per iteration")
     budget_tokens: int | None = Field(
@@ -195,6 +201,13 @@ class PPOConfig(TeamConfig):
     eval_limit: int | None = Field(None, ge=1)
     eval_every: int = Field(0, ge=0, description="evaluate every N iterations (0: only after the last)")
     save_every: int = Field(1, ge=1, description="checkpoint every N iterations")
+    save_rollouts_every: int = Field(
+        0,
+        ge=0,
+        description="keep the training episodes of every Nth iteration in OUT/rollouts/iteration-N.jsonl "
+        "(eval's episodes format: `ragteam ask --episodes FILE` shows them, `ragteam compare` reads them); "
+        "0: none",
+    )
     save_total_limit: int | None = Field(2, ge=1, description="checkpoints kept (none: all)")
     resume: bool = Field(False, description="continue from the newest checkpoint in --out")
     seed: int = Field(0, description="seed of question order, rollout sampling and minibatch order")
@@ -233,6 +246,10 @@ class PPOConfig(TeamConfig):
             )
         return self
 
+
+SAMPLING_TEMPERATURE = 1.0
+"""The training rollouts' temperature when neither a flag nor the recipe sets one: PPO's ratio is a policy
+ratio only for acts sampled from the policy itself (greedy acts give it nothing to compare)."""
 
 RECIPES = ("c3po", "mmoa", "gym", "gym-outcome", "c3po-no-tree")
 
@@ -295,11 +312,15 @@ def _merge(base: dict, top: dict) -> dict:
 
 def with_recipe(cfg: PPOConfig) -> PPOConfig:
     """`cfg` with its recipe's values filled in under the ones set explicitly (config file, flags, code):
-    pydantic remembers which fields were set, so a flag always wins over the recipe."""
-    if cfg.recipe is None:
+    pydantic remembers which fields were set, so a flag always wins over the recipe. A run whose temperature
+    neither sets samples at `SAMPLING_TEMPERATURE` (also when other --rollout.* flags built `rollout` anew)."""
+    given = cfg.model_dump(mode="json", exclude_unset=True)
+    merged = _merge(recipe_values(cfg.recipe), given) if cfg.recipe is not None else given
+    if "temperature" not in merged.get("rollout", {}):
+        merged = _merge(merged, {"rollout": {"temperature": SAMPLING_TEMPERATURE}})
+    elif cfg.recipe is None:
         return cfg
-    merged = _merge(recipe_values(cfg.recipe), cfg.model_dump(mode="json", exclude_unset=True))
     try:
         return PPOConfig.model_validate(merged)
     except ValueError as e:
-        raise ConfigError(f"recipe {cfg.recipe}: {e}") from None
+        raise ConfigError(f"recipe {cfg.recipe}: {e}" if cfg.recipe else str(e)) from None

@@ -25,6 +25,10 @@ from ragteam.train.ppo_run import Experience, Iteration, Trainer
 from ragteam.train.report import Scalars, start_wandb
 
 __all__ = [
+    "act_counts",
+    "act_warnings",
+    "credit_means",
+    "iteration_line",
     "iteration_row",
     "log_iteration",
     "logprob_drift",
@@ -44,6 +48,15 @@ ENTROPY_FACTOR, ENTROPY_RISE = 2.0, 1.0
 LENGTH_FACTOR, LENGTH_RISE = 2.0, 8.0
 KL_LIMIT = 0.5
 BASELINE_ITERATIONS = 3
+
+# Why an act may be left out of the update on purpose: its question group scored alike (its advantage is 0,
+# `--ppo.skip-uninformative`) or its role is not trained (`--ppo.train-roles`). Any other reason (too_long,
+# no_credit, no_token_ids, empty_completion) is an act the run meant to train and could not: more than
+# LOST_SHARE of the acts is a warning (issue 29), and so is more than SKIPPED_SHARE left out for any reason but
+# an untrained role, or an iteration that trains nothing at all.
+DELIBERATE = ("uninformative_group", "role_not_trained")
+LOST_SHARE = 0.01
+SKIPPED_SHARE = 0.10
 
 
 def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list[Sample]) -> dict[str, Any]:
@@ -85,6 +98,69 @@ def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list
     row["roles"] = roles
     row["groups"] = group_stats(samples)
     return row
+
+
+def act_counts(trained: int, skipped: dict[str, int]) -> dict[str, Any]:
+    """An iteration's acts: how many there were (`total`), how many the update trained, and the others by
+    reason, most frequent first (the row's `acts`)."""
+    reasons = dict(sorted(((k, v) for k, v in skipped.items() if v), key=lambda kv: (-kv[1], kv[0])))
+    return {"total": trained + sum(reasons.values()), "trained": trained, "skipped": reasons}
+
+
+def act_summary(acts: dict[str, Any]) -> str:
+    """`trained 11/24 acts (uninformative_group 12, too_long 1)`: the terminal line's account of the acts."""
+    text = f"trained {acts['trained']}/{acts['total']} acts"
+    if acts["skipped"]:
+        text += " (" + ", ".join(f"{k} {v}" for k, v in acts["skipped"].items()) + ")"
+    return text
+
+
+def act_warnings(acts: dict[str, Any]) -> list[str]:
+    """Warnings about the acts an iteration left out: none trained; more than `LOST_SHARE` lost to a limit or a
+    missing credit (`too_long`, `no_credit`, ...); more than `SKIPPED_SHARE` of the trainable acts (those of
+    the trained roles) left out for any reason. An untrained role's acts are left out as asked, never a
+    warning; an iteration with no act at all (every episode failed before its first act) is one."""
+    total, skipped = acts["total"], acts["skipped"]
+    if acts["trained"] == 0:
+        why = ", ".join(f"{k} {v}" for k, v in skipped.items()) or "no act was played"
+        return [f"trained 0 of {total} acts ({why}): this iteration did not change the policy"]
+    out = []
+    lost = {k: v for k, v in skipped.items() if k not in DELIBERATE}
+    if sum(lost.values()) > LOST_SHARE * total:
+        what = ", ".join(f"{k} {v}" for k, v in lost.items())
+        out.append(f"{sum(lost.values())} of {total} acts could not be trained ({what})" + _lost_hint(lost))
+    trainable = total - skipped.get("role_not_trained", 0)
+    left_out = trainable - acts["trained"]
+    if left_out > SKIPPED_SHARE * trainable and not (out and left_out == sum(lost.values())):
+        out.append(
+            f"{left_out} of {trainable} trainable acts left out of the update "
+            f"({', '.join(f'{k} {v}' for k, v in skipped.items() if k != 'role_not_trained')})"
+        )
+    return out
+
+
+def _lost_hint(lost: dict[str, int]) -> str:
+    """What to change for the most common reasons an act cannot be trained."""
+    if "too_long" in lost:
+        return ": raise --ppo.max-sample-tokens (prompt + reply) or shorten the prompts"
+    if "no_token_ids" in lost:
+        return ": the rollout backend returned no token ids (serve the policy with `ragteam serve llm`)"
+    return ""
+
+
+def credit_means(samples: list[Sample]) -> dict[str, float]:
+    """The training reward as the credit function (`--ppo.credit`) defined it: the mean credited reward per
+    act, and per episode (each episode's acts averaged first, so a 10-act episode weighs as a 1-act one).
+    This is what the update learns from, where `reward` holds the answer's metrics."""
+    if not samples:
+        return {}
+    episodes: dict[str, list[float]] = {}
+    for s in samples:
+        episodes.setdefault(s.episode, []).append(s.reward)
+    return {
+        "act": float(np.mean([s.reward for s in samples])),
+        "episode": float(np.mean([np.mean(v) for v in episodes.values()])),
+    }
 
 
 def group_stats(samples: list[Sample]) -> dict[str, Any]:
@@ -135,7 +211,10 @@ def iteration_row(trainer: Trainer, step: Iteration) -> dict[str, Any]:
     row |= rollout_stats(step.episodes, step.exp, step.samples)
     for role, stats in per_role.items():
         row["roles"].setdefault(role, {}).update(stats)
+    acts = act_counts(len(step.trained), step.skipped)
     row |= {
+        "acts": acts,
+        "credit": credit_means(step.samples),
         "skipped": step.skipped,
         "generated_tokens": step.generated,
         "generated_tokens_total": trainer.state["generated_tokens"],
@@ -146,7 +225,7 @@ def iteration_row(trainer: Trainer, step: Iteration) -> dict[str, Any]:
         "critic_lr": step.lrs[1] if len(step.lrs) > 1 else None,
         "train": overall,
     }
-    row["warnings"] = runaway(trainer, row)
+    row["warnings"] = act_warnings(acts) + runaway(trainer, row)
     if step.eval:
         row["eval"] = step.eval
     return row
@@ -168,23 +247,32 @@ def open_scalars(trainer: Trainer) -> Scalars | None:
     return Scalars(writer, run) if writer is not None or run is not None else None
 
 
+def iteration_line(row: dict[str, Any], credit: str) -> str:
+    """An iteration's terminal line: the acts trained (and why the others were not), the training reward as
+    the credit function `credit` gave it, the answer's metrics, KL, the losses, held-out F1, phase seconds."""
+    r, t, c = row["reward"], row.get("train", {}), row.get("credit") or {}
+    ev = row.get("eval") or {}
+    parts = [f"ppo it {row['iteration']}: {act_summary(row['acts'])}"]
+    if c:
+        parts.append(f"reward ({credit}) {c['act']:.3f}/act {c['episode']:.3f}/episode")
+    parts += [
+        f"answer f1 {r['f1']:.3f} cover_em {r['cover_em']:.3f}",
+        f"kl {row.get('kl_mean', 0):.4f} beta {row['kl_beta']:.3f}",
+        f"pg {t.get('policy_loss', 0):.4f} vf {t.get('value_loss', 0):.4f} clip {t.get('clip_frac', 0):.3f}",
+    ]
+    if ev:
+        parts.append(f"eval f1 {ev['f1']['mean']:.1f}")
+    parts.append(" ".join(f"{k} {v:.0f}s" for k, v in row.get("seconds", {}).items()))
+    return " | ".join(parts)
+
+
 def log_iteration(trainer: Trainer, row: dict[str, Any]) -> None:
     with (trainer.out / "log.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
     if trainer.scalars is not None:
         values = {k: v for k, v in flatten(row, sep="/").items() if k not in ("step", "iteration", "time")}
         trainer.scalars.log(values, row["step"])
-    r, t = row["reward"], row.get("train", {})
-    ev = row.get("eval") or {}
-    print(
-        f"ppo it {row['iteration']}: reward f1 {r['f1']:.3f} cover_em {r['cover_em']:.3f} | "
-        f"kl {row.get('kl_mean', 0):.4f} beta {row['kl_beta']:.3f} | pg {t.get('policy_loss', 0):.4f} "
-        f"vf {t.get('value_loss', 0):.4f} clip {t.get('clip_frac', 0):.3f} | "
-        + (f"eval f1 {ev['f1']['mean']:.1f} | " if ev else "")
-        + " ".join(f"{k} {v:.0f}s" for k, v in row["seconds"].items()),
-        file=sys.stderr,
-        flush=True,
-    )
+    print(iteration_line(row, trainer.cfg.ppo.credit), file=sys.stderr, flush=True)
     for warning in row.get("warnings", []):
         print(f"ppo it {row['iteration']}: WARNING {warning}", file=sys.stderr, flush=True)
 

@@ -286,7 +286,7 @@ def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
     if cfg.rollout.temperature == 0:
         raise ValueError(
             "PPO samples its rollouts: --rollout.temperature 0 (greedy) gives it nothing to compare; "
-            "use the recipe's temperature (1.0) or set one > 0"
+            "leave --rollout.temperature unset (train ppo samples at 1.0) or set one > 0"
         )
     if estimator.groups and cfg.rollout.group_size < 2 and not cfg.rollout.forks:
         raise ValueError(

@@ -1,0 +1,131 @@
+"""What `train ppo` tells its user (issue 31): the acts each iteration trained and why the others were not,
+warnings when too many were left out, an error (not "saved") when nothing was trained, the training reward
+as the credit defined it, the sampling temperature without a recipe, and the rollouts kept for inspection.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragteam.train.experience import Sample
+from ragteam.train.ppo import nothing_trained
+from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.ppo_log import act_counts, act_warnings, credit_means, iteration_line
+
+# ---- the acts of one iteration -----------------------------------------------------------------------------
+
+
+def test_act_counts_total_every_act_and_sort_the_reasons() -> None:
+    acts = act_counts(11, {"too_long": 1, "uninformative_group": 12, "no_credit": 0})
+    assert acts == {"total": 24, "trained": 11, "skipped": {"uninformative_group": 12, "too_long": 1}}
+
+
+def test_an_iteration_that_trains_nothing_is_a_warning_naming_the_reasons() -> None:
+    (warning,) = act_warnings(act_counts(0, {"uninformative_group": 12, "too_long": 12}))
+    assert "trained 0 of 24 acts (too_long 12, uninformative_group 12)" in warning  # ties: by name
+
+
+@pytest.mark.parametrize(
+    ("trained", "skipped", "expected"),
+    [
+        (99, {"too_long": 1}, []),  # 1 % lost: at the limit, not over it
+        (98, {"too_long": 2}, ["2 of 100 acts could not be trained (too_long 2): raise --ppo.max-sample"]),
+        (91, {"uninformative_group": 9}, []),  # 9 %: a group estimator's usual filter
+        (89, {"uninformative_group": 11}, ["11 of 100 trainable acts left out of the update"]),
+        (50, {"role_not_trained": 50}, []),  # an ablation's untrained role: asked for, never a warning
+        (40, {"role_not_trained": 50, "uninformative_group": 10}, ["10 of 50 trainable acts"]),
+    ],
+)
+def test_acts_left_out_warn_past_one_percent_lost_or_a_tenth_in_all(trained, skipped, expected) -> None:
+    warnings = act_warnings(act_counts(trained, skipped))
+    assert len(warnings) == len(expected)
+    for got, start in zip(warnings, expected):
+        assert got.startswith(start)
+
+
+def test_the_terminal_line_says_what_was_trained_and_the_credits_reward() -> None:
+    row = {
+        "iteration": 3,
+        "acts": act_counts(11, {"uninformative_group": 12, "too_long": 1}),
+        "credit": {"act": 0.25, "episode": 0.5},
+        "reward": {"f1": 0.4, "cover_em": 0.5, "em": 0.3},
+        "kl_mean": 0.01,
+        "kl_beta": 0.05,
+        "train": {"policy_loss": 0.1},
+        "seconds": {"rollout": 3.0},
+    }
+    line = iteration_line(row, "f1-minus-searches")
+    assert line.startswith("ppo it 3: trained 11/24 acts (uninformative_group 12, too_long 1) | ")
+    assert "reward (f1-minus-searches) 0.250/act 0.500/episode | answer f1 0.400" in line
+
+
+def test_the_credits_reward_is_averaged_per_act_and_per_episode() -> None:
+    def act(episode: str, reward: float) -> Sample:
+        return Sample(episode, 0, "r", [1], [2], reward=reward)
+
+    # one 3-act episode at 0 and one 1-act episode at 1: per act 0.25, per episode 0.5
+    means = credit_means([act("a", 0.0), act("a", 0.0), act("a", 0.0), act("b", 1.0)])
+    assert means == {"act": 0.25, "episode": 0.5}
+    assert credit_means([]) == {}
+
+
+def test_a_run_that_trained_nothing_is_an_error_and_one_that_trained_once_is_not() -> None:
+    idle = act_counts(0, {"uninformative_group": 4})
+    error = nothing_trained([idle, act_counts(0, {"uninformative_group": 2, "too_long": 1})])
+    assert error is not None
+    assert "no iteration trained any act (2 iterations, 7 acts: uninformative_group 6, too_long 1)" in error
+    assert "--rollout.group-size" in error  # what to change for the main reason
+    assert nothing_trained([idle, act_counts(1, {})]) is None
+    assert nothing_trained([]) is None  # a resumed run that had nothing left to do
+
+
+# ---- the temperature without a recipe ----------------------------------------------------------------------
+
+
+def _cfg(**over) -> PPOConfig:
+    return PPOConfig.model_validate({"data": "d.jsonl", "out": "o", **over})
+
+
+def test_train_ppo_samples_at_temperature_one_unless_told_otherwise(tmp_path: Path) -> None:
+    assert with_recipe(_cfg()).rollout.temperature == 1.0
+    assert with_recipe(_cfg(rollout={"group_size": 4})).rollout.temperature == 1.0  # rollout built anew
+    assert with_recipe(_cfg(rollout={"temperature": 0.7})).rollout.temperature == 0.7
+    recipe = tmp_path / "cool.yaml"
+    recipe.write_text("recipe: mmoa\nrollout:\n  temperature: 0.6\n", encoding="utf-8")
+    assert with_recipe(_cfg(recipe=str(recipe))).rollout.temperature == 0.6
+    assert with_recipe(_cfg(recipe="mmoa", rollout={"temperature": 0.9})).rollout.temperature == 0.9
+
+
+# ---- a real run: every act too long ------------------------------------------------------------------------
+
+
+def test_a_run_that_trains_nothing_warns_each_iteration_exits_1_and_keeps_its_rollouts(
+    hotpot_small: Path, tmp_path: Path, capfd
+) -> None:
+    from ragteam.cli.main import main
+    from ragteam.rollout.traces import load_trace, read_episodes
+
+    out = tmp_path / "ppo"
+    argv = [
+        "train", "ppo", "--recipe", "mmoa", "--data", str(hotpot_small), "--out", str(out), "--init", "tiny",
+        "--limit", "4", "--iterations", "2", "--questions-per-iteration", "2", "--variant", "s-g",
+        "--topk", "2", "--candidates", "2", "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard",
+        "--ppo.max-sample-tokens", "32", "--save-rollouts-every", "2",
+    ]  # fmt: skip
+    assert main(argv) == 1
+    err = capfd.readouterr().err
+    assert err.count("WARNING trained 0 of") == 2  # one per iteration
+    assert "ragteam: error: train ppo: no iteration trained any act" in err
+    assert "too_long" in err and "--ppo.max-sample-tokens" in err
+    assert "saved to" not in err
+    rows = [json.loads(x) for x in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["acts"]["trained"] for r in rows] == [0, 0]
+    assert all(r["acts"]["skipped"]["too_long"] == r["acts"]["total"] > 0 for r in rows)
+    # the rollouts of every 2nd iteration: iteration 2 only, in eval's episodes format
+    assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["iteration-2.jsonl"]
+    episodes = list(read_episodes(out / "rollouts" / "iteration-2.jsonl"))
+    assert len(episodes) == 2 and all(ep.leaves() for ep in episodes)
+    assert len(load_trace(out / "rollouts" / "iteration-2.jsonl")) == 2  # what compare reads
