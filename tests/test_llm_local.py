@@ -321,7 +321,11 @@ def _stats_delta(model: LocalChatModel, requests: list[ChatRequest]) -> tuple[li
 
 
 def test_shared_prefill_runs_a_prompt_once_and_changes_no_token(tiny):
-    unshared = LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=4, share_prefill=False)
+    # no prefix cache (tests/test_prefix_cache.py): the counts are those of one batch's sharing alone
+    tiny = LocalChatModel.from_model(tiny.model, tiny.tokenizer, max_batch_size=4, prefix_cache_mb=0)
+    unshared = LocalChatModel.from_model(
+        tiny.model, tiny.tokenizer, max_batch_size=4, share_prefill=False, prefix_cache_mb=0
+    )
     greedy = _req(PROMPTS[2], max_tokens=10, n=4)
     n_prompt = len(tiny.prompt_ids(greedy.messages))
     [shared_out], shared = _stats_delta(tiny, [greedy])

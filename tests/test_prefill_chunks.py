@@ -18,7 +18,8 @@ CHUNK = 16  # several chunks for each prompt below, in the tiny model's context
 
 @pytest.fixture(scope="module")
 def tiny() -> LocalChatModel:
-    return LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=16)
+    # no prefix cache: each run must prefill the whole prompt for the paths to be compared
+    return LocalChatModel("tiny", device=TEST_DEVICE, max_batch_size=16, prefix_cache_mb=0)
 
 
 def _requests(words: list[int], prefix: str = "") -> list[ChatRequest]:

@@ -52,10 +52,12 @@ from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.llm.constraint import Constraint, constraint_record, token_whitelist
 from ragteam.llm.decoder import PREFILL_CHUNK, BatchedDecoder, Row
 from ragteam.llm.logprobs import completion_logprobs
+from ragteam.llm.prefix_cache import PrefixCache
 from ragteam.llm.sampling import (
     sample_seed,
 )
 
+PREFIX_CACHE_MB = 512  # the prefix cache's default budget (`--rollout.prefix-cache-mb`); SmolLM2: ~11k tokens
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -101,6 +103,27 @@ def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Ten
     return state
 
 
+def weights_key(model: Any) -> tuple[tuple[int, int], ...]:
+    """What identifies the weights' values cheaply: each parameter's storage and in-place version counter. An
+    optimizer step, `load_state_dict` or a LoRA adapter's update bumps the counters; replacing a tensor changes
+    the storage. The prefix cache is emptied when it changes (a cache keyed by token ids alone would serve KV
+    computed with old weights)."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def _full_attention(model: Any) -> bool:
+    """Whether every layer of the model's KV cache is a plain full-attention layer, whose keys and values for
+    a prefix do not depend on what follows (a sliding-window layer keeps only the last window)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # noqa: BLE001 - an unknown config: run without the cache
+        return False
+    return all(type(layer) is DynamicLayer for layer in layers)
+
+
 class LocalChatModel(BatchedDecoder):
     """A Hugging Face causal LM answering `ChatRequest`s in left-padded batches of up to `max_batch_size` rows
     and, with `max_batch_tokens`, that many padded tokens (`ragteam.llm.decoder`)."""
@@ -119,6 +142,7 @@ class LocalChatModel(BatchedDecoder):
         share_prefill: bool = True,
         max_batch_tokens: int | None = None,
         prefill_chunk: int | None = PREFILL_CHUNK,
+        prefix_cache_mb: float = PREFIX_CACHE_MB,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -147,6 +171,7 @@ class LocalChatModel(BatchedDecoder):
             share_prefill,
             max_batch_tokens,
             prefill_chunk,
+            prefix_cache_mb,
         )
         self.path = path
 
@@ -160,10 +185,21 @@ class LocalChatModel(BatchedDecoder):
         share_prefill: bool = True,
         max_batch_tokens: int | None = None,
         prefill_chunk: int | None = PREFILL_CHUNK,
+        prefix_cache_mb: float = PREFIX_CACHE_MB,
     ) -> LocalChatModel:
-        """Wrap an already loaded model + tokenizer (e.g. the policy being trained); shares its weights."""
+        """Wrap an already loaded model + tokenizer (e.g. the policy being trained); shares its weights (the
+        prefix cache notices when they change: `set_prefix_cache`)."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name, max_batch_size, share_prefill, max_batch_tokens, prefill_chunk)
+        self._setup(
+            model,
+            tokenizer,
+            name,
+            max_batch_size,
+            share_prefill,
+            max_batch_tokens,
+            prefill_chunk,
+            prefix_cache_mb,
+        )
         self.path = None
         return self
 
@@ -176,6 +212,7 @@ class LocalChatModel(BatchedDecoder):
         share_prefill: bool,
         max_batch_tokens: int | None,
         prefill_chunk: int | None = PREFILL_CHUNK,
+        prefix_cache_mb: float = PREFIX_CACHE_MB,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -211,7 +248,50 @@ class LocalChatModel(BatchedDecoder):
         )
         self._whitelists: dict[Constraint, list[int]] = {}
         self._lock = threading.Lock()
-        self.stats = {"batches": 0, "rows": 0, "prefill_rows": 0, "prefill_tokens": 0, "generated_tokens": 0}
+        self.stats = {
+            "batches": 0,
+            "rows": 0,
+            "prefill_rows": 0,
+            "prefill_tokens": 0,
+            "prompt_tokens": 0,
+            "cached_tokens": 0,
+            "generated_tokens": 0,
+        }
+        self.prefix_cache: PrefixCache | None = None
+        self.set_prefix_cache(prefix_cache_mb)
+
+    def set_prefix_cache(self, mb: float) -> None:
+        """Cache prompt prefixes' KV in a radix tree of at most `mb` MB (0: off; `ragteam.llm.prefix_cache`).
+
+        Why: a rollout's prompts repeat (group members, templates, later turns); each prompt then prefills only
+        its uncached suffix. Changing the budget empties the cache. The KV is valid for the weights it was
+        computed with: every call checks a key of the parameters' storage and in-place version counters, which
+        an optimizer step on the shared module or a weight load bumps, and empties the tree when it changed.
+        A model whose cache layers are not plain full-attention layers (sliding windows) runs without it."""
+        if mb < 0:
+            raise ValueError(f"prefix cache budget must be >= 0 MB (0: off), got {mb}")
+        budget = int(mb * 2**20)
+        if budget and not _full_attention(self.model):
+            budget = 0
+        if budget == 0:
+            self.prefix_cache = None
+        elif self.prefix_cache is None or self.prefix_cache.budget_bytes != budget:
+            self.prefix_cache = PrefixCache(budget)
+
+    def prefix_cache_stats(self) -> dict[str, float]:
+        """The prefix cache's counters since the model was built: prompt tokens (every row's input), prefilled
+        tokens (computed), cached tokens (read from the tree), the hit rate (1 - prefilled / prompt), and
+        what the tree holds now (tokens, MB) and has evicted."""
+        s, tree = self.stats, self.prefix_cache
+        return {
+            "prompt_tokens": s["prompt_tokens"],
+            "prefill_tokens": s["prefill_tokens"],
+            "cached_tokens": s["cached_tokens"],
+            "hit_rate": 1 - s["prefill_tokens"] / s["prompt_tokens"] if s["prompt_tokens"] else 0.0,
+            "tree_tokens": tree.tokens if tree is not None else 0,
+            "tree_mb": tree.nbytes / 2**20 if tree is not None else 0.0,
+            "evicted_tokens": tree.evicted_tokens if tree is not None else 0,
+        }
 
     # ---- prompts -------------------------------------------------------------------------------------------
 
@@ -291,6 +371,8 @@ class LocalChatModel(BatchedDecoder):
                 )
         with self._lock:
             self.model.load_state_dict(state, strict=False)
+            if self.prefix_cache is not None:  # its KV was computed with the old weights
+                self.prefix_cache.clear()
         return len(state)
 
     def chat(
@@ -327,6 +409,8 @@ class LocalChatModel(BatchedDecoder):
                 on_result(r.request, self._result(by_request[r.request]))
 
         with self._lock, torch.inference_mode():
+            if self.prefix_cache is not None:
+                self.prefix_cache.validate(weights_key(self.model))
             failed = self.decode_rows(rows, finished, cancelled)
         for i, its_rows in by_request.items():
             if cancelled is not None and cancelled(i):

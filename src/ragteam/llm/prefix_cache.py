@@ -1,0 +1,220 @@
+"""A radix tree of KV blocks keyed by token ids: the local engine's prefix cache.
+
+Why. Most prompt tokens of a rollout repeat: the K members of a question's group share their first prompt,
+the roles' templates recur in every episode, a later turn's prompt begins with an earlier one. vLLM
+(automatic prefix caching) and SGLang (RadixAttention) never recompute a cached prefix; this tree lets the
+in-process engine (`ragteam.llm.decoder`) do the same: each prompt prefills only the suffix the tree lacks.
+
+Layout. Each node holds an edge: a run of token ids and, per layer, their keys and values ([heads, n, dim],
+positions counted from the root, RoPE already applied). A path from the root spells a prefix; a prompt's
+longest cached prefix is found by walking the tree, and may end inside an edge (its KV is then a slice).
+Inserting a sequence that diverges inside an edge splits it in two. Tensors are cloned on insert and on split,
+so that each node owns exactly its bytes and evicting it frees them.
+
+Eviction. The tree holds at most `budget_bytes` of KV; past it, the least recently used leaf goes first (a
+match or an insert touches every node on its path), then the parent it may leave bare, and so on.
+
+Validity. KV depends on the weights: `validate(key)` empties the tree when the weights' key changes (the
+engine derives it from every parameter's storage and version counter, which in-place updates bump: an
+optimizer step on the shared module, `load_state_dict`, `load_weights`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [heads, n, dim]
+
+
+@dataclass(eq=False)
+class _Node:
+    """One edge of the tree: `tokens` and their `kv`; `children` by their first token."""
+
+    tokens: tuple[int, ...]
+    kv: KV
+    parent: _Node | None
+    children: dict[int, _Node] = field(default_factory=dict)
+    used: int = 0  # the tick of the last match or insert that passed through
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.kv)
+
+
+def _cut(kv: KV, start: int, end: int | None = None) -> KV:
+    """Positions start..end of each layer's keys and values, as tensors of their own (not views)."""
+    return [(k[:, start:end].clone(), v[:, start:end].clone()) for k, v in kv]
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of `a` and `b`."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PrefixCache:
+    """Cached KV of token prefixes, at most `budget_bytes` of it (module docstring)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        if budget_bytes < 1:
+            raise ValueError(f"a prefix cache needs a budget of at least 1 byte, got {budget_bytes}")
+        self.budget_bytes = budget_bytes
+        self.root = _Node((), [], None)
+        self.nbytes = 0
+        self.tokens = 0  # tokens held
+        self.key: Hashable = None  # the weights the KV was computed with
+        self.evicted_tokens = 0
+        self.clears = 0
+        self._tick = 0
+
+    def validate(self, key: Hashable) -> None:
+        """Empty the tree if its KV was computed under other weights than `key` names."""
+        if key != self.key:
+            if self.tokens:
+                self.clears += 1
+            self.clear()
+            self.key = key
+
+    def clear(self) -> None:
+        """Drop every entry (the weights changed, or the caller asks)."""
+        self.root = _Node((), [], None)
+        self.nbytes = self.tokens = 0
+
+    def matched(self, ids: Sequence[int], limit: int | None = None) -> int:
+        """Length of the longest cached prefix of `ids` (at most `limit` tokens), touching nothing."""
+        limit = len(ids) if limit is None else min(limit, len(ids))
+        node, n = self.root, 0
+        while n < limit:
+            child = node.children.get(ids[n])
+            if child is None:
+                break
+            take = _common(child.tokens, ids[n:limit])
+            n += take
+            if take < len(child.tokens):
+                break
+            node = child
+        return n
+
+    def match(self, ids: Sequence[int], limit: int | None = None) -> tuple[int, KV]:
+        """The longest cached prefix of `ids` (at most `limit` tokens): its length and its KV, per layer
+        [heads, length, dim] (empty list when nothing matches). Touches the nodes it passes."""
+        limit = len(ids) if limit is None else min(limit, len(ids))
+        self._tick += 1
+        node, n, pieces = self.root, 0, []
+        while n < limit:
+            child = node.children.get(ids[n])
+            if child is None:
+                break
+            take = _common(child.tokens, ids[n:limit])
+            child.used = self._tick
+            pieces.append([(k[:, :take], v[:, :take]) for k, v in child.kv])
+            n += take
+            if take < len(child.tokens):
+                break
+            node = child
+        if not pieces:
+            return 0, []
+        if len(pieces) == 1:
+            return n, [(k, v) for k, v in pieces[0]]
+        layers = len(pieces[0])
+        return n, [
+            (torch.cat([p[i][0] for p in pieces], dim=1), torch.cat([p[i][1] for p in pieces], dim=1))
+            for i in range(layers)
+        ]
+
+    def insert(self, ids: Sequence[int], kv_of: Callable[[int, int], KV]) -> int:
+        """Add `ids`, whose KV for positions a..b `kv_of(a, b)` gives as tensors of their own, which the tree
+        keeps (only the positions it lacks are asked for); then evict down to the budget. Returns the tokens
+        added."""
+        self._tick += 1
+        node, n = self.root, 0
+        while n < len(ids):
+            child = node.children.get(ids[n])
+            if child is None:
+                break
+            take = _common(child.tokens, ids[n:])
+            if take < len(child.tokens):
+                child = self._split(child, take)
+            child.used = self._tick
+            n += take
+            node = child
+        added = len(ids) - n
+        if added:
+            leaf = _Node(tuple(ids[n:]), kv_of(n, len(ids)), node, used=self._tick)
+            node.children[ids[n]] = leaf
+            self.nbytes += leaf.nbytes
+            self.tokens += added
+        self._evict(keep=node if not added else leaf)
+        return added
+
+    def _split(self, node: _Node, at: int) -> _Node:
+        """Cut `node`'s edge after `at` tokens: a new node holds the first part, `node` the rest."""
+        assert node.parent is not None
+        head = _Node(node.tokens[:at], _cut(node.kv, 0, at), node.parent, used=node.used)
+        node.parent.children[node.tokens[0]] = head
+        node.tokens, node.kv, node.parent = node.tokens[at:], _cut(node.kv, at), head
+        head.children[node.tokens[0]] = node
+        return head
+
+    def _evict(self, keep: _Node | None = None) -> None:
+        """Drop least recently used leaves until the tree fits its budget; never `keep` (just inserted) while
+        another leaf can go."""
+        if self.nbytes <= self.budget_bytes:
+            return
+        leaves = [n for n in self._nodes() if not n.children and n is not self.root]
+        leaves.sort(key=lambda n: n.used, reverse=True)  # the oldest last, popped first
+        if keep in leaves:  # the newest entry goes last of all
+            leaves.remove(keep)
+            leaves.insert(0, keep)
+        while self.nbytes > self.budget_bytes and leaves:
+            leaf = leaves.pop()
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[leaf.tokens[0]]
+            self.nbytes -= leaf.nbytes
+            self.tokens -= len(leaf.tokens)
+            self.evicted_tokens += len(leaf.tokens)
+            if parent is not self.root and not parent.children:  # bare now: a leaf, in its LRU place
+                at = next((i for i, n in enumerate(leaves) if n.used <= parent.used), len(leaves))
+                leaves.insert(at, parent)
+
+    def _nodes(self) -> list[_Node]:
+        out, todo = [], [self.root]
+        while todo:
+            node = todo.pop()
+            out.append(node)
+            todo.extend(node.children.values())
+        return out
+
+    def __len__(self) -> int:
+        """Nodes in the tree (the root excluded)."""
+        return len(self._nodes()) - 1
+
+
+def shared_stems(
+    inputs: Sequence[Sequence[int]], forced: Sequence[int], tree: PrefixCache, least: int = 16
+) -> list[list[int]]:
+    """The prefixes that two or more of the distinct `inputs` of one batch share and `tree` lacks (by at least
+    `least` tokens), none a prefix of another: prefilled first, they are computed once, not once per input.
+
+    An input's stem stops before its last token and its `forced` prefix, which the input computes itself (their
+    logits are its next token's and its prefix's scores). Sorted, an input shares its longest prefix with
+    one of its neighbours."""
+    order = sorted(range(len(inputs)), key=lambda i: list(inputs[i]))
+    longest = [0] * len(inputs)
+    for a, b in zip(order, order[1:]):
+        n = _common(inputs[a], inputs[b])
+        longest[a], longest[b] = max(longest[a], n), max(longest[b], n)
+    stems = set()
+    for i, n in enumerate(longest):
+        n = min(n, len(inputs[i]) - 1 - forced[i])
+        if n >= least and n - tree.matched(inputs[i], n) >= least:
+            stems.add(tuple(inputs[i][:n]))
+    ranked = sorted(stems)
+    return [list(s) for s, t in zip(ranked, [*ranked[1:], None]) if t is None or t[: len(s)] != s]
