@@ -9,19 +9,27 @@ Config files are bounded: regular files only (a FIFO or `/dev/zero` would block 
 `MAX_CONFIG_DEPTH` levels, and at most `MAX_CONFIG_VALUES` values once YAML aliases are expanded. Why: a few
 hundred bytes of nested aliases (a "billion laughs") expand to billions of values; PyYAML shares them when
 constructing, but merge keys, validation and error messages walk them all. The expansion is measured on
-the composed node graph, before any Python object is built. Error messages quote values shortened
-(`got ...`), never whole.
+the composed node graph, before any Python object is built. The same walk refuses a key given twice in
+one mapping (YAML would keep the last silently) and an integer of more digits than Python converts, each
+naming its line. Error messages quote values shortened (`got ...`), never whole.
+
+Numbers: every float field of every config is finite (`allow_inf_nan=False` on `Config`: `--batch-wait-ms
+inf` would make a server wait forever), and `check_number` is the one range check that servers and clients
+built from Python (not through a config) run on their numeric arguments, with the same wording.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import reprlib
 import stat
+import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,13 +38,35 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class Config(BaseModel):
-    """Base of every command's config: unknown keys are errors, values are validated on assignment."""
+    """Base of every command's config: unknown keys are errors, values are validated on assignment, and no
+    float field takes NaN or infinity (an infinite wait or timeout is a hang, not a setting)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ConfigError(ValueError):
     """A config that does not validate; the message names the file (if any) and each bad field."""
+
+
+def check_number(
+    name: str, value: Any, low: float | None = None, high: float | None = None, low_open: bool = False
+) -> float:
+    """`value` if it is a finite real number within [low, high] (`low_open`: above `low`), else ValueError
+    naming `name` and the range. Why one function: servers and clients take the same kind of numbers (waits,
+    timeouts, sizes) from configs and from Python callers, and each must refuse `inf` and NaN alike."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if ok:
+        return value
+    lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+    hi = "" if high is None else f"<= {high:g}"
+    bounds = " and ".join(b for b in (lo, hi) if b)
+    raise ValueError(
+        f"{name} must be a finite number{' ' + bounds if bounds else ''}, got {short_repr(value)}"
+    )
 
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -64,6 +94,7 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int], dept
     if depth > MAX_CONFIG_DEPTH:
         raise ConfigError(f"{where}: nested deeper than {MAX_CONFIG_DEPTH} levels")
     size = 1
+    _check_scalar_and_keys(node, where)
     if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
         open_.add(key)
         children = node.value if isinstance(node, yaml.SequenceNode) else [x for kv in node.value for x in kv]
@@ -79,43 +110,76 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int], dept
     return size
 
 
+_INT_TAG = "tag:yaml.org,2002:int"
+_INT_DIGITS = min(4300, sys.get_int_max_str_digits() or 4300)  # Python's limit on converting text to int
+
+
+def _check_scalar_and_keys(node: yaml.Node, where: str) -> None:
+    """A YAML integer too long to convert, or a mapping that gives one key twice: ConfigError naming the line."""
+    if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG:
+        digits = sum(c.isdigit() for c in node.value)
+        if digits > _INT_DIGITS:
+            raise ConfigError(
+                f"{where}:{node.start_mark.line + 1}: a number of {digits} digits; at most {_INT_DIGITS}"
+            )
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode):
+                continue
+            line = key.start_mark.line + 1
+            if key.value in first and key.value != "<<":  # "<<" is a merge key, not a field
+                raise ConfigError(
+                    f"{where}:{line}: key {short_repr(key.value)} is given twice (first at line "
+                    f"{first[key.value]}); keep one"
+                )
+            first.setdefault(key.value, line)
+
+
+def short_path(path: str | Path, limit: int = 300) -> str:
+    """A path for an error message: whole when short, else its start and end (a 5,000-character name)."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
+
+
 def read_yaml(path: str | Path) -> Any:
     """The YAML document in `path`, bounded in size, depth and alias expansion; ConfigError otherwise."""
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{path}: is a folder, not a YAML file")
+    name = short_path(path)
     try:
         info = p.stat()
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        raise ConfigError(f"config file not found: {name}") from None
     except (OSError, ValueError) as e:  # a name too long, a NUL byte, no permission on a parent folder
         raise ConfigError(
-            f"{path}: cannot read the config file ({getattr(e, 'strerror', None) or e})"
+            f"{name}: cannot read the config file ({getattr(e, 'strerror', None) or e})"
         ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{name}: is a folder, not a YAML file")
     if not stat.S_ISREG(info.st_mode):  # opening a FIFO blocks; /dev/zero never ends
-        raise ConfigError(f"{path}: not a regular file (a pipe or a device?); give a YAML file")
+        raise ConfigError(f"{name}: not a regular file (a pipe or a device?); give a YAML file")
     if info.st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {info.st_size} bytes; a config file may hold at most {MAX_CONFIG_BYTES}")
+        raise ConfigError(f"{name}: {info.st_size} bytes; a config file may hold at most {MAX_CONFIG_BYTES}")
     try:
         with open(p, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)  # bounded even if the file grows while it is read
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+        raise ConfigError(f"{name}: cannot read the config file ({e.strerror or e})") from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: more than {MAX_CONFIG_BYTES} bytes; a config file may hold at most that")
+        raise ConfigError(f"{name}: more than {MAX_CONFIG_BYTES} bytes; a config file may hold at most that")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        raise ConfigError(f"{name}: not UTF-8 text (byte {e.start})") from None
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _expanded_size(node, {}, set(), 0, str(path))
+        _expanded_size(node, {}, set(), 0, name)
         return loader.construct_document(node)
     except RecursionError:
-        raise ConfigError(f"{path}: nested deeper than {MAX_CONFIG_DEPTH} levels") from None
+        raise ConfigError(f"{name}: nested deeper than {MAX_CONFIG_DEPTH} levels") from None
     finally:
         loader.dispose()
 
@@ -178,10 +242,19 @@ def add_config_arguments(
             parser.add_argument(flag, dest=dest, **kwargs)
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str = "the config") -> None:
+    """Set `data[a][b]... = value` for the flag `--a.b...`; a ConfigError when the file gives `a` a value
+    that is not a mapping (`policy: 5` beside `--policy.model`), instead of a TypeError."""
     keys = dotted.split(".")
-    for key in keys[:-1]:
-        data = data.setdefault(key, {})
+    for depth, key in enumerate(keys[:-1]):
+        inner = data.setdefault(key, {})
+        if not isinstance(inner, dict):
+            name = ".".join(keys[: depth + 1])
+            raise ConfigError(
+                f"{where}: {name} is {short_repr(inner)}, but --{dotted.replace('_', '-')} sets a field "
+                f"inside it; write {name} as a mapping of its fields"
+            )
+        data = inner
     data[keys[-1]] = value
 
 
@@ -192,17 +265,17 @@ def load_config(
     data: dict[str, Any] = {}
     where = "command line"
     if path is not None:
-        where = str(path)
+        where = short_path(path)
         try:
             loaded = read_yaml(path)
         except yaml.YAMLError as e:
             problem = str(e) if len(str(e)) <= 600 else str(e)[:597] + "..."  # it quotes the line
-            raise ConfigError(f"{path}: not valid YAML: {problem}") from None
+            raise ConfigError(f"{where}: not valid YAML: {problem}") from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of field names to values")
+            raise ConfigError(f"{where}: the top level must be a mapping of field names to values")
         data = loaded or {}
     for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
+        _set_dotted(data, dotted, value, where)
     try:
         return cls.model_validate(data)
     except ValidationError as e:
@@ -248,10 +321,26 @@ def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str) -> Path:
 
 
 def ragteam_home() -> Path:
-    """Working folder for caches (converted models, pooled corpora, indexes): $RAGTEAM_HOME or ./.ragteam."""
-    home = Path(os.environ.get("RAGTEAM_HOME", Path.cwd() / ".ragteam")).resolve()
+    """The one per-user folder for caches (converted models, pooled corpora, indexes): `$RAGTEAM_HOME`, else
+    the platform's cache folder (`default_home`). Per user, not per working directory: a run started in
+    another folder reuses the converted SmolLM2 and the indexes instead of building them again."""
+    raw = os.environ.get("RAGTEAM_HOME")
+    home = Path(raw).expanduser().resolve() if raw else default_home()
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def default_home(env: Mapping[str, str] | None = None, system: str | None = None) -> Path:
+    """The platform's per-user cache folder for ragteam: `$XDG_CACHE_HOME/ragteam` or `~/.cache/ragteam`
+    (Linux and other Unix), `~/Library/Caches/ragteam` (macOS), `%LOCALAPPDATA%\\ragteam\\Cache` (Windows)."""
+    env = os.environ if env is None else env
+    system = sys.platform if system is None else system
+    if system == "win32" and env.get("LOCALAPPDATA"):
+        return Path(env["LOCALAPPDATA"]) / "ragteam" / "Cache"
+    if system == "darwin":
+        return Path.home() / "Library" / "Caches" / "ragteam"
+    xdg = env.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "ragteam"
 
 
 def setup_caches() -> None:

@@ -50,7 +50,7 @@ with warnings.catch_warnings():
             "are refused",
         )
         resamples: int = Field(
-            10000, ge=100, description="bootstrap resamples of the per-question differences"
+            10000, ge=100, le=1_000_000, description="bootstrap resamples of the per-question differences"
         )
         seed: int = Field(0, description="seed of the bootstrap")
         json: bool = Field(False, description="print the comparison as JSON instead of a Markdown table")

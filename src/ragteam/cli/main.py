@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if problem := _unencodable_argument(argv):
+        print(f"ragteam: {problem}", file=sys.stderr)
+        return 2
     quiet_libraries()
     parser = build_parser()
     module_name = _command_from_argv(argv)
@@ -83,8 +86,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _unencodable_argument(argv: list[str]) -> str | None:
+    """Why an argument is no text, or None. A byte that is not UTF-8 in a shell argument (`$'\\xff'`) arrives
+    as a lone surrogate (Python's surrogateescape); left in, it failed deep inside a run (a TypeError in the
+    episode, a write that cannot encode), so it is refused here, where it enters, naming the argument."""
+    for i, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as e:
+            byte = f"0x{ord(arg[e.start]) - 0xDC00:02x}" if 0xDC80 <= ord(arg[e.start]) <= 0xDCFF else "?"
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+            return (
+                f"argument {i} ({shown[:80]!s}) is not UTF-8 text (byte {byte} at character {e.start + 1}); "
+                "ragteam reads arguments as UTF-8"
+            )
+    return None
+
+
 def _os_error(e: OSError) -> str:
     """An OSError as one line naming the path (`out/x: a file is in the way of a folder`)."""
+    if not e.filename and not e.strerror:  # raised with a message of its own (`X: not a folder of ...`)
+        return str(e)
     where = f"{e.filename}: " if e.filename else ""
     if isinstance(e, (FileExistsError, NotADirectoryError)):
         return f"{where}a file is in the way of an output folder ({e.strerror})"

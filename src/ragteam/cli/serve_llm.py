@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ragteam.serve.guard import MAX_WAIT_MS
 from ragteam.serve.listen import ServerConfig
 
 MAX_BATCH_TOKENS = 32_768  # SmolLM2-135M in float32: about 1.5 GB of KV cache
@@ -53,7 +54,7 @@ class Config(ServerConfig):
         "chunks over the KV cache, so its memory grows linearly with its length; same replies",
     )
     batch_wait_ms: float = Field(
-        5.0, ge=0, description="how long to wait for more requests before starting a batch"
+        5.0, ge=0, le=MAX_WAIT_MS, description="how long to wait for more requests before starting a batch"
     )
     max_n: int = Field(16, ge=1, description="largest n (samples per request) accepted")
     max_tokens_limit: int = Field(

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ragteam.serve.guard import MAX_WAIT_MS
 from ragteam.serve.listen import ServerConfig
 
 
@@ -37,7 +38,7 @@ class Config(ServerConfig):
     max_topk: int = Field(100, ge=1, description="largest topk accepted")
     max_body_bytes: int = Field(2_000_000, ge=1024, description="largest request body accepted, in bytes")
     batch_window_ms: float = Field(
-        2.0, ge=0, description="how long to gather concurrent requests into a batch"
+        2.0, ge=0, le=MAX_WAIT_MS, description="how long to gather concurrent requests into a batch"
     )
     max_batch: int = Field(512, ge=1, description="most queries searched in one batch")
 

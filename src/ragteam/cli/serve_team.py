@@ -19,6 +19,7 @@ from pydantic import Field
 
 from ragteam.assemble.config import TeamConfig
 from ragteam.cli.serve_llm import MAX_BATCH_TOKENS, PREFILL_CHUNK
+from ragteam.serve.guard import MAX_WAIT_MS
 from ragteam.serve.listen import ServerConfig
 
 
@@ -27,8 +28,8 @@ class Config(TeamConfig, ServerConfig):
 
     data: str | None = Field(
         None,
-        description="dataset whose pooled paragraphs are the corpus when neither --retriever.index nor "
-        "--retriever.url is given",
+        description="dataset whose paragraphs --corpus distractor (all of them: a server's questions "
+        "arrive later) and --corpus pooled search, when neither --retriever.index nor --retriever.url is given",
     )
     format: str | None = Field(None, description="reader format of --data (default: detected from the file)")
     served_name: str | None = Field(
@@ -40,7 +41,10 @@ class Config(TeamConfig, ServerConfig):
         description="most questions gathered into one engine run (default: --rollout.max-concurrent)",
     )
     batch_wait_ms: float = Field(
-        10.0, ge=0, description="how long to wait for more questions before starting an engine run"
+        10.0,
+        ge=0,
+        le=MAX_WAIT_MS,
+        description="how long to wait for more questions before starting an engine run",
     )
     max_question_chars: int = Field(8000, ge=1, description="longest question accepted, in characters")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="largest request body accepted, in bytes")
@@ -59,14 +63,16 @@ class Config(TeamConfig, ServerConfig):
 
 
 def run(cfg: Config) -> int:
-    from ragteam.assemble.build import build_team
+    from ragteam.assemble.build import build_team, needs_retriever
+    from ragteam.eval.corpus import choose_corpus
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve
     from ragteam.serve.team import make_app, warm_up
 
     print(f"ragteam: building team {cfg.workflow!r} (indexes, models)", flush=True)
     start = time.monotonic()
-    parts = build_team(cfg, data=cfg.data, fmt=cfg.format)
+    built, _ = choose_corpus(cfg, cfg.data, cfg.format, needs_retriever(cfg))  # questions come later:
+    parts = build_team(built, data=cfg.data, fmt=cfg.format)  # distractor = every paragraph of --data
     print(f"ragteam: team built ({time.monotonic() - start:.1f} s)", flush=True)
     for model in (parts.policy, parts.llm):  # a local model decodes within the budget
         if model is not None and hasattr(model, "max_batch_tokens"):

@@ -7,7 +7,9 @@ either stop with a clear message or skip and count them.
 
 Hostile files get the same treatment, never a traceback: a line that is not UTF-8, JSON nested deeper than
 Python's parser recurses, a record of more than `MAX_RECORD_CHARS` characters, a number of more digits than
-Python converts (4300), and text after the closing `]` of a JSON array are bad records naming their line; a
+Python converts (4300), a string that is no Unicode text (a lone UTF-16 surrogate written as `\ud800`: valid
+JSON, but nothing can encode it, so it would stop a run later, when its episode is written, and again on every
+resume), and text after the closing `]` of a JSON array are bad records naming their line and field; a
 folder, a FIFO or a device given as the file, and a `.gz` file that is truncated or damaged, are errors
 naming the file (and the line reached).
 Lines are decoded one at a time so that a bad byte is reported with its line (a newline byte never occurs
@@ -148,6 +150,36 @@ class _Ints:
         return f"a number of {longest} digits; at most {INT_DIGITS}" if longest else None
 
 
+def unencodable_field(value: Any, where: str = "") -> str | None:
+    """Why `value` (a decoded JSON value) holds text UTF-8 cannot encode, naming the field
+    (`field 'question' is not Unicode text: a lone surrogate \\ud800 at character 5`); None when it holds
+    none. Only JSON's `\\uD800`-style escapes make such strings (decoded UTF-8 never does), so readers
+    call this only for records whose text has a `\\u` escape."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            char = f"\\u{ord(value[e.start]):04x}"
+            name = f"field '{where}'" if where else "the record"
+            return f"{name} is not Unicode text: a lone surrogate {char} at character {e.start + 1}"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{where}.{key}" if where else str(key)
+            if problem := unencodable_field(key, inner) or unencodable_field(item, inner):
+                return problem
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if problem := unencodable_field(item, f"{where}[{i}]"):
+                return problem
+    return None
+
+
+def _text_problem(raw: str, rec: Any) -> str | None:
+    """`unencodable_field(rec)` when the record's text has a `\\u` escape (the only way in), else None."""
+    return unencodable_field(rec) if "\\u" in raw else None
+
+
 def base_suffix(path: str | Path) -> str:
     """The file's extension without a trailing `.gz`: `a.jsonl.gz` -> `.jsonl`."""
     p = Path(path)
@@ -224,7 +256,7 @@ def _iter_jsonl(lines: Iterable[str | BadRecord]) -> Iterator[tuple[int, dict[st
             ints.problem()
             yield n, BadRecord("not valid JSON for a record: nested too deeply")
             continue
-        if problem := ints.problem():
+        if (problem := ints.problem()) or (problem := _text_problem(line, rec)):
             yield n, BadRecord(problem)
             continue
         yield (
@@ -287,7 +319,7 @@ def _iter_json_document(path: str | Path, text: str) -> Iterator[tuple[int, dict
             except RecursionError:
                 yield line, BadRecord("not valid JSON: nested too deeply; the rest of the file was not read")
                 return
-            problem = sc.ints.problem()
+            problem = sc.ints.problem() or _text_problem(sc.text[start : sc.pos], rec)
             if problem:
                 rec = BadRecord(problem)
             elif sc.pos - start > MAX_RECORD_CHARS:

@@ -2,7 +2,10 @@
 
 A dataset whose records carry paragraphs (HotpotQA, 2Wiki, MuSiQue, PopQA) gets a pooled corpus and its
 indexes built once and cached under `$RAGTEAM_HOME/indexes/<sha1 of file bytes + format>`; later calls (and
-other processes, which wait on a file lock while one builds) reuse them. An encoder other than MiniLM
+other processes, which wait on a file lock while one builds) reuse them. `questions_index` indexes only the
+paragraphs some questions carry (a 5-question eval embeds ~50 passages, not the file's 4,858) and
+`files_index` the pooled paragraphs of several files (a benchmark file joined with a Wikipedia sample); each
+announces a build that takes more than a few seconds with its size and an estimate of its time. An encoder other than MiniLM
 (`--retriever.dense-model`, `--retriever.pooling`, ...) gets its own cached folder (the key gains a hash of
 those settings). The query encoder of an index folder is the one its manifest records unless the settings
 name another, and the dense retriever refuses one that would embed queries otherwise than the passages.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import sys
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +26,7 @@ from ragteam.retrieval.base import Retriever
 from ragteam.retrieval.build_config import DenseBuild
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.retrieval.index import IndexFolder, build_index, open_index, read_manifest
-from ragteam.types import Question
+from ragteam.types import Doc, Question
 
 KIND_NEEDS = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": ("bm25", "dense")}
 
@@ -173,6 +177,9 @@ def dataset_index(
                 f"{data}: its {fmt} records carry no paragraphs to pool into a corpus; "
                 "build an index from a corpus file (`ragteam index --corpus FILE`) and pass --index"
             )
+        note = build_estimate(len(docs), [k for k in kinds if k not in have], dense) if progress else None
+        if note:
+            print(f"ragteam: {note}; cached in {folder}", file=sys.stderr, flush=True)
         return build_index(
             docs,
             folder,
@@ -215,13 +222,105 @@ def _cached_index(
     `make_docs()` (under a lock, so that concurrent evals of the same corpus build it once)."""
     folder = folder.with_name(folder.name + encoder_key(dense, kinds))
     with _locked(folder.with_suffix(".lock")):
-        if (folder / "manifest.json").is_file() and all(
-            k in read_manifest(folder).get("kinds", []) for k in kinds
-        ):
+        have: list[str] = []
+        if (folder / "manifest.json").is_file():
+            have = list(read_manifest(folder).get("kinds", []))
+        if all(k in have for k in kinds):
             return open_index(folder)
-        return build_index(
-            make_docs(), folder, kinds=list(kinds), progress=progress, source=source, dense=dense
+        docs = make_docs()
+        if progress and isinstance(docs, list):
+            note = build_estimate(len(docs), [k for k in kinds if k not in have], dense)
+            if note:
+                print(f"ragteam: {note}; cached in {folder}", file=sys.stderr, flush=True)
+        return build_index(docs, folder, kinds=list(kinds), progress=progress, source=source, dense=dense)
+
+
+DENSE_PASSAGES_PER_SECOND = 40.0
+"""all-MiniLM-L6-v2 on one busy CPU core of the development machine (HotpotQA paragraphs, ~120 words):
+about 4,858 passages in 2 minutes. Only the order of magnitude matters: the estimate says minutes or seconds."""
+
+BM25_PASSAGES_PER_SECOND = 5000.0
+"""tantivy's BM25 build on the same machine (a few thousand passages a second)."""
+
+
+def build_estimate(passages: int, kinds: Sequence[str], dense: DenseBuild | None = None) -> str | None:
+    """One line announcing an index build of `passages` passages (the kinds still to build), with its
+    estimated time, or None when it is quick (under ~5 s): a long silent build looks like a hang."""
+    seconds = 0.0
+    if "dense" in kinds:
+        seconds += passages / DENSE_PASSAGES_PER_SECOND
+    if "bm25" in kinds:
+        seconds += passages / BM25_PASSAGES_PER_SECOND
+    if seconds < 5:
+        return None
+    about = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    encoder = (
+        ""
+        if "dense" not in kinds
+        else f", embedded with {dense.model if dense and dense.model else 'all-MiniLM-L6-v2'}"
+    )
+    return (
+        f"indexing {passages:,} passages ({', '.join(kinds)}{encoder}): about {about} on a CPU core "
+        "(once: later runs reuse it)"
+    )
+
+
+def content_key(docs: Sequence[Doc], label: str) -> str:
+    """Cache key of a list of passages: sha1 of a label and each passage's id, title and text, in order."""
+    digest = hashlib.sha1(label.encode())
+    for d in docs:
+        digest.update(b"\0" + d.id.encode() + b"\1" + d.title.encode() + b"\1" + d.text.encode())
+    return digest.hexdigest()[:16]
+
+
+def questions_index(
+    questions: Sequence[Question],
+    kinds: Sequence[str] = ("bm25", "dense"),
+    progress: bool = True,
+    dense: DenseBuild | None = None,
+    source: str = "questions",
+) -> IndexFolder:
+    """The cached index of the paragraphs `questions` carry (each question's own, deduplicated): the passages
+    a run over these questions can retrieve in the distractor setting, and no others, so a 5-question eval
+    embeds ~50 passages instead of the whole file's. ValueError when they carry none."""
+    from ragteam.data.corpus import pool_corpus
+
+    docs = pool_corpus(questions)
+    if not docs:
+        raise ValueError(
+            f"{source}: its questions carry no paragraphs to retrieve from; give a corpus "
+            "(--corpus FILE, --corpus pooled+FILE, or an index folder)"
         )
+    folder = ragteam_home() / "indexes" / f"own-{content_key(docs, 'own-v1')}"
+    label = f"the own paragraphs of {len(questions)} questions of {source}"
+    return _cached_index(folder, kinds, lambda: docs, label, progress, dense)
+
+
+def files_index(
+    paths: Sequence[str | Path],
+    kinds: Sequence[str] = ("bm25", "dense"),
+    progress: bool = True,
+    dense: DenseBuild | None = None,
+    formats: dict[str, str | None] | None = None,
+) -> IndexFolder:
+    """The cached index of every paragraph the files `paths` carry (benchmark files: their records'
+    paragraphs; passage files: their passages), pooled and deduplicated by content (`data.pooled`); `formats`
+    gives a benchmark file's reader format by path (default: detected)."""
+    from ragteam.data.corpus import read_corpus
+    from ragteam.data.pooled import files_key, write_files_pool
+
+    key = files_key(paths)
+    folder = ragteam_home() / "indexes" / f"pooled-{key}"
+    corpus = ragteam_home() / "corpora" / f"pooled-{key}.jsonl"
+
+    def docs():
+        if not corpus.is_file():
+            corpus.parent.mkdir(parents=True, exist_ok=True)
+            write_files_pool(paths, corpus, formats)
+        return read_corpus(corpus)
+
+    source = "pooled from " + " + ".join(str(Path(p).resolve()) for p in paths) + f" ({corpus.name})"
+    return _cached_index(folder, kinds, docs, source, progress, dense)
 
 
 def corpus_file_index(
@@ -237,8 +336,11 @@ def corpus_file_index(
     from ragteam.data.corpus import iter_corpus
 
     p = Path(path).resolve()
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"{path}: no such corpus file (--corpus FILE, or 'distractor' / 'pooled')")
+    if not p.is_file():  # a folder, a FIFO (opening it would block), a device
+        kind = "a folder" if p.is_dir() else "not a regular file (a pipe or a device?)"
+        raise ValueError(f"{path}: {kind}; --corpus takes a passage file, or 'distractor' / 'pooled'")
     st = p.stat()
     key = hashlib.sha1(f"{p}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
     folder = ragteam_home() / "indexes" / f"corpus-{key}"

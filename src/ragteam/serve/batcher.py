@@ -21,6 +21,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ragteam.config import check_number
+from ragteam.serve.guard import MAX_WAIT_MS
+
 T = TypeVar("T")
 
 
@@ -42,6 +45,7 @@ class RequestBatcher(Generic[T]):
     def __init__(self, max_size: int, wait_ms: float) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
+        check_number("batch wait (ms)", wait_ms, 0, MAX_WAIT_MS)  # inf: every request would wait forever
         self.max_size = max_size
         self.wait_s = wait_ms / 1000.0
         self.queue: asyncio.Queue[Pending[T]] | None = None

@@ -22,6 +22,10 @@ from typing import Any
 API_KEY_ENV = "RAGTEAM_API_KEY"  # the key a server requires when --api-key is not given
 READ_TIMEOUT_S = 30.0  # a request's head, then its body, must arrive within this many seconds
 MAX_CONNECTIONS = 512  # open connections at most; the next request is answered 503
+MAX_READ_TIMEOUT_S = 3600.0  # the longest `read_timeout` a server takes: longer is a client holding a socket
+MAX_WAIT_MS = (
+    60_000.0  # the longest batch wait a server takes: a request should not wait a minute for company
+)
 
 
 def resolve_api_key(flag: str | None) -> str | None:
@@ -67,6 +71,14 @@ class BearerAuth:
         ]
         await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def check_read_timeout(seconds: float) -> float:
+    """`seconds` as a server's `read_timeout`, or ValueError: finite and in (0, MAX_READ_TIMEOUT_S] (`inf`
+    made the uvicorn config fail with a traceback, and would let a client hold a connection for good)."""
+    from ragteam.config import check_number
+
+    return check_number("read_timeout", seconds, 0, MAX_READ_TIMEOUT_S, low_open=True)
 
 
 def encodable(text: str) -> str:

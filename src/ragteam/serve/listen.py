@@ -20,7 +20,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ragteam.config import Config
-from ragteam.serve.guard import API_KEY_ENV, MAX_CONNECTIONS, READ_TIMEOUT_S
+from ragteam.serve.guard import (
+    API_KEY_ENV,
+    MAX_CONNECTIONS,
+    MAX_READ_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    check_read_timeout,
+)
 
 
 class ServerConfig(Config):
@@ -35,7 +41,10 @@ class ServerConfig(Config):
     )
     docs: bool = Field(False, description="serve FastAPI's /docs, /redoc and /openapi.json")
     read_timeout: float = Field(
-        READ_TIMEOUT_S, gt=0, description="seconds a client has to send a request's head, then its body"
+        READ_TIMEOUT_S,
+        gt=0,
+        le=MAX_READ_TIMEOUT_S,
+        description="seconds a client has to send a request's head, then its body",
     )
     max_connections: int = Field(
         MAX_CONNECTIONS, ge=1, description="open connections at most; requests beyond answered 503"
@@ -126,6 +135,7 @@ def uvicorn_config(
     """The uvicorn.Config both `serve` and `BackgroundServer` run: request-head deadline, connection cap."""
     import uvicorn
 
+    check_read_timeout(read_timeout)
     return uvicorn.Config(
         app,
         log_level=log_level,

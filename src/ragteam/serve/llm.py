@@ -76,7 +76,14 @@ from fastapi.responses import JSONResponse
 
 from ragteam.llm.base import ChatModel, ChatRequest, ChatResult, ModelError, Sampling
 from ragteam.serve.batcher import Pending, RequestBatcher, settle
-from ragteam.serve.guard import BodyError, ClientGone, loads_json, read_body, until_disconnect
+from ragteam.serve.guard import (
+    BodyError,
+    ClientGone,
+    check_read_timeout,
+    loads_json,
+    read_body,
+    until_disconnect,
+)
 from ragteam.serve.llm_logprobs import TopK, choice_logprobs, top_k_scorer
 from ragteam.serve.llm_request import ChatCompletionBody, forced_prefix, structured_output
 from ragteam.serve.openai_api import openai_app, openai_error, read_openai_body
@@ -190,6 +197,7 @@ def make_app(
     DIR (a trainer pushing its policy after each update; see `ragteam.train.sync`). Off by default: whoever
     can reach the port could replace the model.
     """
+    check_read_timeout(read_timeout)
     batcher = Batcher(model, max_batch_size or int(getattr(model, "max_batch_size", 32)), batch_wait_ms)
     created = int(time.time())
     tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none

@@ -39,11 +39,12 @@ class ChatCompletionBody(BaseModel):
     messages: list[_MessageIn] = Field(min_length=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)  # NaN: "a finite number"
     top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    # integers are strict: `n: true`, `n: "2"` and `max_tokens: 1.0` are 400s, not 1, 2 and 1
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    n: int = Field(1, ge=1)
-    seed: int | None = None
+    n: StrictInt = Field(1, ge=1)
+    seed: StrictInt | None = None
     stream: bool = False
     logprobs: StrictBool | None = False
     top_logprobs: StrictInt | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)

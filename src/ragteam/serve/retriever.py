@@ -31,7 +31,14 @@ from fastapi.responses import JSONResponse
 
 from ragteam.retrieval.base import Retriever
 from ragteam.serve.batcher import Pending, RequestBatcher, lifespan_of, settle
-from ragteam.serve.guard import BearerAuth, BigNumber, BodyError, loads_json, read_body
+from ragteam.serve.guard import (
+    BearerAuth,
+    BigNumber,
+    BodyError,
+    check_read_timeout,
+    loads_json,
+    read_body,
+)
 from ragteam.types import Hit
 
 
@@ -174,6 +181,7 @@ def make_app(
     KEY`. FastAPI's /docs, /redoc and /openapi.json are off unless `docs`: they describe the service to
     whoever finds the port. A body must arrive within `read_timeout` seconds (408 otherwise)."""
     limits = limits or Limits()
+    check_read_timeout(read_timeout)
     batcher = MicroBatcher(retriever, window_ms=batch_window_ms, max_batch=max_batch)
 
     app = FastAPI(

@@ -19,8 +19,9 @@ whose episode already runs is answered to nobody (the engine cannot stop one epi
 
 Every request uses the question id `ask`, as `ragteam ask` does, so seeds (derived from the question id) and
 therefore answers are the ones `ragteam ask` gives with the same flags. Decoding is the server's: sampling
-fields of the request (temperature, max_tokens, ...) are accepted and ignored; the team's settings are the
-operator's `--rollout.*` flags.
+fields of the request (temperature, top_p, max_tokens, seed) are checked as `serve llm` checks them (NaN,
+top_p 7 or a 5,000-digit max_tokens is a 400) and then ignored; the team's settings are the operator's
+`--rollout.*` flags.
 
 Extensions. `"ragteam": {"trace": true}` in the body adds the episode tree (as trace files store it,
 `Episode.to_dict`) to the response's non-standard `ragteam` field, which always holds the episode's `status`.
@@ -39,8 +40,8 @@ while the batching loop is not yet running. Memory: the local models decode in b
 naming its size and the budget, the questions batched with it answered as if it had not been there.
 
 Errors are OpenAI-shaped `{"error": {"message", "type", "param", "code"}}`, as the LLM server's: 400 for bad
-JSON, bad fields, no user message, an empty, overlong or unencodable question, `n` other than 1 or content that
-is not text; 401 without the API key; 404 for another model name; 408 / 413 for a slow or oversize body
+JSON, bad fields (a sampling field out of range, an `n` or `max_tokens` that is not an integer), no user
+message, an empty, overlong or unencodable question, `n` other than 1 or content that is not text; 401 without the API key; 404 for another model name; 408 / 413 for a slow or oversize body
 (refused from its Content-Length); 500 when no path of the episode reached an answer; 499, read by nobody, to
 a client that disconnected before its answer. The server never dies on input; a crashing run is retried one question at a time, so only the question that crashes it fails.
 """
@@ -58,14 +59,14 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from ragteam.llm.base import TOO_LARGE, ChatRequest, ModelError, Sampling
 from ragteam.protocol import Workflow
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
 from ragteam.serve.batcher import Pending, RequestBatcher, settle
-from ragteam.serve.guard import ClientGone, until_disconnect
+from ragteam.serve.guard import ClientGone, check_read_timeout, until_disconnect
 from ragteam.serve.openai_api import openai_app, openai_error, openai_error_body, read_openai_body
 from ragteam.types import Question
 
@@ -119,8 +120,15 @@ class TeamBody(BaseModel):
     messages: list[_Message] = Field(min_length=1)
     stream: StrictBool = False
     stream_options: _StreamOptions | None = None
-    n: int = 1
+    n: StrictInt = 1
     ragteam: _Extension | None = None
+    # Sampling fields are the operator's (module docstring), so a valid value is ignored; one no model could
+    # take (NaN, top_p 7, a 5,000-digit max_tokens) is a 400, as `serve llm` answers it.
+    temperature: float | None = Field(None, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    seed: StrictInt | None = None
 
 
 def question_of(body: TeamBody, max_chars: int) -> str | JSONResponse:
@@ -279,6 +287,7 @@ def make_app(
     A body must arrive within `read_timeout` seconds (408 otherwise); a streamed answer sends a keep-alive
     comment every `keepalive_s` seconds while its episode runs. `startup`: the seconds `warm_up` took per part,
     shown by /health beside `ready` (false, with a 503, until the batching loop runs)."""
+    check_read_timeout(read_timeout)
     batcher = TeamBatcher(engine, workflow, max_batch or engine.config.max_concurrent, batch_wait_ms)
     created = int(time.time())
 

@@ -110,10 +110,12 @@ def read_pair_rows(path: str | Path, command: str = "train dpo") -> list[PairRow
 
 def _json_lines(path: str | Path):
     """Yield `("FILE:LINE", object)` for each non-blank line; DataError on unreadable or non-object lines."""
+    from ragteam.data.records import open_text, unencodable_field
+
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise DataError(f"{p}: training data file not found")
-    with p.open(encoding="utf-8") as fh:
+    with open_text(p) as fh:  # a FIFO or a folder: refused by name; a line not UTF-8: FILE:LINE
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -124,6 +126,8 @@ def _json_lines(path: str | Path):
                 raise DataError(f"{where}: not valid JSON: {e.msg} (column {e.colno})") from None
             if not isinstance(obj, dict):
                 raise DataError(f"{where}: a row must be a JSON object, got {type(obj).__name__}")
+            if "\\u" in line and (problem := unencodable_field(obj)):  # a lone surrogate (\\ud800)
+                raise DataError(f"{where}: {problem}")
             yield where, obj
 
 
