@@ -130,7 +130,9 @@ def test_a_tree_of_forks_and_forced_prefixes_matches_the_engine_without_cache(mo
     # the prompt's stem (all but its last token) once, then each distinct input its own last token + prefix
     assert delta["prefill_tokens"] < 2 * n
     children = [
-        ChatRequest([*messages, {"role": "assistant", "content": "[Retrieval] Seine length"}], Sampling(seed=k))
+        ChatRequest(
+            [*messages, {"role": "assistant", "content": "[Retrieval] Seine length"}], Sampling(seed=k)
+        )
         for k in range(2)
     ]
     _same(on, off, children)
@@ -140,7 +142,7 @@ def test_a_multi_turn_episode_prefills_only_each_turn_s_new_tokens(models):
     on, off = models
     on.prefix_cache.clear()
     messages = _chat("Find the birth year of the author of Dune.")
-    total = prefilled = 0
+    total = prefilled = previous = 0
     for turn in range(4):
         req = ChatRequest(messages, Sampling(temperature=0.7, max_tokens=10, seed=turn))
         [[c]], delta = _same(on, off, [req])
@@ -163,7 +165,9 @@ def test_rows_with_different_cached_lengths_share_one_batch(models):
     on.chat([ChatRequest(_chat("Doc one.", long_system), Sampling(max_tokens=2))])  # cached: a long prefix
     reqs = [
         ChatRequest(_chat("Doc one. And two?", long_system), Sampling(max_tokens=12)),  # long hit
-        ChatRequest(_chat("Something else entirely, longer than the others by far.", "x"), Sampling(max_tokens=12)),
+        ChatRequest(
+            _chat("Something else entirely, longer than the others by far.", "x"), Sampling(max_tokens=12)
+        ),
         ChatRequest(_chat("Doc one.", long_system), Sampling(temperature=1.0, max_tokens=12, seed=5)),
     ]
     seen = []
