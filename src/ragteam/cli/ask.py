@@ -54,6 +54,12 @@ with warnings.catch_warnings():
         )
         prompts: bool = Field(False, description="also print every prompt sent to the policy and the LLM")
         out: str | None = Field(None, description="also write the episode as JSON to this file")
+        episodes: str | None = Field(
+            None,
+            description="show the traces of a file of episodes instead of asking (an eval's episodes.jsonl, "
+            "train ppo's OUT/rollouts/iteration-N.jsonl or OUT/eval/iteration-N.jsonl); with --id, only "
+            "that question's",
+        )
 
 
 def resolve_question(cfg: Config) -> tuple[Question, str | None, str | None]:
@@ -82,7 +88,25 @@ def resolve_question(cfg: Config) -> tuple[Question, str | None, str | None]:
     return question, cfg.data, cfg.format
 
 
+def show_episodes(path: str, question_id: str | None = None, prompts: bool = False) -> list[str]:
+    """The readable trace of each episode in the file `path` (of question `question_id` only, when given),
+    in file order: a group of K rollouts of one question shows all K. ValueError when none matches."""
+    from ragteam.rollout.traces import read_episodes
+
+    shown = [
+        format_episode(ep, prompts=prompts)
+        for ep in read_episodes(path)
+        if question_id is None or ep.question.id == question_id
+    ]
+    if not shown:
+        raise ValueError(f"{path}: no episode" + (f" of question {question_id!r}" if question_id else ""))
+    return shown
+
+
 def run(cfg: Config) -> int:
+    if cfg.episodes is not None:
+        print("\n\n".join(show_episodes(cfg.episodes, cfg.id, cfg.prompts)))
+        return 0
     question, data, fmt = resolve_question(cfg)
     r = cfg.retriever
     if data is None and r.index is None and r.url is None and needs_retriever(cfg):

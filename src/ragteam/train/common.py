@@ -103,8 +103,11 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     batch_size: int = Field(4, ge=1, description="rows (sft) or pairs (dpo, critic) per forward")
     grad_accum: int = Field(1, ge=1, description="forwards per optimizer step")
-    max_length: int = Field(
-        1024, ge=16, description="most tokens of a training sequence (longer ones are cut)"
+    max_length: int | None = Field(
+        None,
+        ge=16,
+        description="most tokens of a training row (prompt + reply); longer rows are dropped, with a warning "
+        "past a tenth of them (default: the longest row's, so none is dropped; lower it to bound memory)",
     )
     seed: int = Field(0, description="seed of initialisation (LoRA, critic head), shuffling and dropout")
     save_steps: int = Field(100, ge=1, description="write a checkpoint every N optimizer steps")
@@ -288,8 +291,10 @@ def trainer_arguments(cfg: TrainConfig, lr: float) -> dict[str, Any]:
 
 def train_and_report(trainer: Any, cfg: TrainConfig, opts: Config, resume_from: Path | None) -> None:
     """`trainer.train()`, from `resume_from` when resuming, inside the W&B run of `--report-to wandb` (opened
-    in OUT/wandb with the resolved config, finished when training ends)."""
+    in OUT/wandb with the resolved config, finished when training ends). The terminal shows ragteam's step
+    lines (`StepLines`) instead of transformers' raw log dicts."""
     config = {**cfg.model_dump(mode="json"), **opts.model_dump(mode="json")}
+    use_step_lines(trainer, type(opts).__name__.removesuffix("Options").lower(), cfg.progress)
     main = trainer.is_world_process_zero()
     with wandb_run(cfg.report_to, Path(cfg.out), config, resume_from is not None, main=main):
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -360,19 +365,33 @@ def conversation_length(tokenizer, messages: list, reply: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def row_limit(cfg: TrainConfig, lengths: list[int]) -> int:
+    """The length a trainer fits its rows to: --max-length, or the longest row when it is not given (so the
+    defaults of `collect` and `train` never drop a row: MMOA-RAG's rows reach 3k tokens)."""
+    return cfg.max_length if cfg.max_length is not None else max(lengths, default=16)
+
+
+DROP_WARNING_SHARE = 0.10
+"""Past this share of rows dropped for length, the message is a WARNING: the run trains on what is left."""
+
+
 def drop_long_rows(rows: list, lengths: list[int], cfg: TrainConfig, command: str, what: str) -> list:
-    """The rows whose whole conversation fits in --max-length; say on stderr how many did not (none: error).
+    """The rows whose whole conversation fits in `row_limit`; say on stderr how many did not (a WARNING past
+    `DROP_WARNING_SHARE`; none left: error).
 
     Why drop rather than cut: TRL keeps the start of a long sequence, which would train a reply cut before
     its end-of-turn token (or, when packing, pack a prompt with no reply at all: compute for nothing).
     """
-    kept = [row for row, n in zip(rows, lengths) if n <= cfg.max_length]
+    limit = row_limit(cfg, lengths)
+    kept = [row for row, n in zip(rows, lengths) if n <= limit]
     if not kept:
-        raise ValueError(f"{cfg.data}: every {what[:-1]} is longer than --max-length {cfg.max_length} tokens")
-    if len(kept) < len(rows):
+        raise ValueError(f"{cfg.data}: every {what[:-1]} is longer than --max-length {limit} tokens")
+    dropped = len(rows) - len(kept)
+    if dropped:
+        loud = "WARNING " if dropped > DROP_WARNING_SHARE * len(rows) else ""
         print(
-            f"ragteam {command}: {len(rows) - len(kept)} of {len(rows)} {what} dropped: longer than "
-            f"--max-length {cfg.max_length} tokens (longest: {max(lengths)})",
+            f"ragteam {command}: {loud}{dropped} of {len(rows)} {what} dropped: longer than "
+            f"--max-length {limit} tokens (longest: {max(lengths)}); leave --max-length unset to keep them",
             file=sys.stderr,
         )
     return kept
@@ -397,6 +416,85 @@ def jsonl_log_callback(out: str | Path):
                 fh.write(json.dumps(row) + "\n")
 
     return JsonlLog()
+
+
+# what a step line shows first, in this order; other numbers follow by name (`total_flos` is never shown)
+_FIRST = ("loss", "grad_norm", "learning_rate", "rewards/accuracies", "rewards/margins", "accuracy")
+_HIDDEN = ("total_flos", "epoch", "step", "num_tokens")
+_SHORT = {"learning_rate": "lr", "rewards/accuracies": "acc", "rewards/margins": "margin"}
+
+
+def step_line(
+    command: str, step: int, max_steps: int, logs: dict[str, Any], tokens_per_s: float | None
+) -> str:
+    """One logged step as the PPO trainer's lines read: `sft step 5/20 (epoch 0.25): loss 2.484 | grad_norm
+    1.3 | lr 2e-05 | 812 tok/s`; the end-of-training summary (`train_runtime` ...) as `sft done: ...`."""
+    if "train_runtime" in logs:
+        done = [f"{k.removeprefix('train_')} {_number(v)}" for k, v in logs.items() if k not in _HIDDEN]
+        return f"{command} done after {step} steps: " + " | ".join(done)
+    shown = [k for k in _FIRST if k in logs] + sorted(k for k in logs if k not in _FIRST and k not in _HIDDEN)
+    parts = [f"{_SHORT.get(k, k)} {_number(logs[k])}" for k in shown if isinstance(logs[k], int | float)]
+    if tokens_per_s is not None:
+        parts.append(f"{tokens_per_s:.0f} tok/s")
+    epoch = f" (epoch {logs['epoch']:.2f})" if isinstance(logs.get("epoch"), int | float) else ""
+    return f"{command} step {step}/{max_steps}{epoch}: " + " | ".join(parts)
+
+
+def _number(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def use_step_lines(trainer: Any, command: str, progress: bool) -> None:
+    """Replace transformers' progress callback (a bar that writes each log as a raw dict) or its printer (the
+    raw dict, under --no-progress) with `StepLines`."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(step_lines_callback(command, progress))
+
+
+def step_lines_callback(command: str, progress: bool):
+    """A TrainerCallback: a bar over the optimizer steps (under --progress) and one `step_line` per logged
+    step on stderr, its tokens/s from TRL's running `num_tokens` count (SFT) where there is one."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class StepLines(TrainerCallback):
+        bar: Any = None
+        last: tuple[float, float] | None = None  # (time, num_tokens) at the previous log
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.bar = tqdm(
+                    total=state.max_steps, desc=f"train {command}", unit="step", disable=not progress
+                )
+                self.bar.update(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.update(state.global_step - self.bar.n)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs:
+                return
+            rate, now, tokens = None, time.perf_counter(), logs.get("num_tokens")
+            if isinstance(tokens, int | float):
+                if self.last is not None and now > self.last[0] and tokens > self.last[1]:
+                    rate = (tokens - self.last[1]) / (now - self.last[0])
+                self.last = (now, float(tokens))
+            line = step_line(command, state.global_step, state.max_steps, logs, rate)
+            if self.bar is not None and not self.bar.disable:
+                self.bar.write(line, file=sys.stderr)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+    return StepLines()
 
 
 def read_log(out: str | Path) -> list[dict]:

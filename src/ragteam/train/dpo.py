@@ -26,6 +26,7 @@ from ragteam.train.common import (
     drop_long_rows,
     jsonl_log_callback,
     lora_config,
+    row_limit,
     start_training,
     train_and_report,
     trainer_arguments,
@@ -90,7 +91,7 @@ def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
     # trainer
     args = DPOConfig(
         **trainer_arguments(cfg, lr),
-        max_length=cfg.max_length,  # every pair fits (drop_long_rows): nothing is cut
+        max_length=row_limit(cfg, lengths),  # every pair fits (drop_long_rows): nothing is cut
         beta=opts.beta,
         loss_type=[opts.loss_type],
         label_smoothing=opts.label_smoothing,

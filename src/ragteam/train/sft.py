@@ -32,6 +32,7 @@ from ragteam.train.common import (
     jsonl_log_callback,
     lora_config,
     resolve_init,
+    row_limit,
     start_training,
     train_and_report,
     trainer_arguments,
@@ -145,10 +146,11 @@ def build_sft_trainer(
     tokenizer.chat_template = training_chat_template(tokenizer)  # same text, assistant tokens marked
     lengths = [conversation_length(tokenizer, r.messages, r.target) for r in rows]
     rows = drop_long_rows(rows, lengths, cfg, "train sft", "rows")
+    limit = row_limit(cfg, lengths)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     args = SFTConfig(
         **trainer_arguments(cfg, lr),
-        max_length=cfg.max_length,
+        max_length=limit,
         packing=opts.packing,
         assistant_only_loss=True,
         completion_only_loss=True,
