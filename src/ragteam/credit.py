@@ -26,12 +26,14 @@ final reward" on plain runs, "C-3PO's expectation over the tree rollout" on bran
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias
+from importlib.metadata import entry_points
+from typing import TypeAlias, overload
 
 from ragteam.rollout.tree import Episode, Node
 
 __all__ = [
     "CREDITS",
+    "ENTRY_POINT_GROUP",
     "CreditFn",
     "RewardOf",
     "get_credit",
@@ -39,6 +41,8 @@ __all__ = [
     "leaves_below",
     "mmoa",
     "outcome",
+    "credit_help",
+    "credit_names",
     "process",
     "register_credit",
     "tree_mc",
@@ -54,18 +58,44 @@ CREDITS: dict[str, CreditFn] = {}
 """Registered credit functions by name (iterate it for the known names)."""
 
 
-def register_credit(name: str) -> Callable[[CreditFn], CreditFn]:
-    """Decorator: register a credit function under `name` (a name may be registered once). The same function
-    registered again, by its module imported a second time (a reload, a test that re-imports a package),
-    replaces itself; another function under a taken name is an error."""
+ENTRY_POINT_GROUP = "ragteam.credits"
+"""The entry-point group an installed package declares its credit functions in (name = "package.module:fn"),
+as teams are declared in `ragteam.workflows`: listed in `--ppo.credit`'s help, loaded when first used."""
+
+
+@overload
+def register_credit(name: str) -> Callable[[CreditFn], CreditFn]: ...
+@overload
+def register_credit(name: str, fn: CreditFn) -> CreditFn: ...
+def register_credit(name: str, fn: CreditFn | None = None) -> CreditFn | Callable[[CreditFn], CreditFn]:
+    """Register a credit function under `name` (a name may be registered once), as `register_workflow`
+    registers a team: a call, `register_credit("mine", fn)`, or a decorator, `@register_credit("mine")`;
+    either returns the function. The same function registered again, by its module imported a second time
+    (a reload, a test that re-imports a package), replaces itself; another function under a taken name is
+    an error."""
 
     def deco(fn: CreditFn) -> CreditFn:
+        if not callable(fn):
+            raise TypeError(
+                f"credit {name!r}: a credit is a function (episode, reward) -> {{node id: reward}}"
+            )
         if name in CREDITS and _origin(CREDITS[name]) != _origin(fn):
             raise ValueError(f"credit {name!r} is already registered ({CREDITS[name].__qualname__})")
         CREDITS[name] = fn
         return fn
 
-    return deco
+    return deco(fn) if fn is not None else deco
+
+
+def credit_names() -> list[str]:
+    """Every credit name `get_credit` knows: the registered ones, then installed packages' (entry points)."""
+    installed = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in CREDITS)
+    return [*CREDITS, *installed]
+
+
+def credit_help() -> str:
+    """`--ppo.credit`'s description, its names read from the registry (so a package's credits appear)."""
+    return f"credit function (ragteam.credit; register your own with ragteam.register_credit): {', '.join(credit_names())}"
 
 
 def _origin(fn: CreditFn) -> tuple[str, str]:
@@ -73,11 +103,15 @@ def _origin(fn: CreditFn) -> tuple[str, str]:
 
 
 def get_credit(name: str) -> CreditFn:
-    """The credit function registered as `name`; a ValueError naming the known ones otherwise."""
+    """The credit function registered as `name`, or an installed package's of that name (its entry point
+    loaded, which registers it); a ValueError naming the known ones otherwise."""
+    if name not in CREDITS:
+        for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+            register_credit(name, ep.load())
     try:
         return CREDITS[name]
     except KeyError:
-        raise ValueError(f"unknown credit {name!r}; known: {', '.join(sorted(CREDITS))}") from None
+        raise ValueError(f"unknown credit {name!r}; known: {', '.join(credit_names())}") from None
 
 
 def leaf_reward(leaf: Node, reward: RewardOf) -> float:

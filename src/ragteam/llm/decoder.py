@@ -28,29 +28,7 @@ called before each batch decodes, lets tests watch the batches and simulate an o
 failed attempt's memory is released before the rows are retried: its error is kept without its traceback,
 whose frames would hold the attempt's cache and activations, and `gc` and `malloc_trim` run.
 
-Chunked prefill. The token budget bounds the KV cache, not the prefill's working memory: one pass over an
-n-token input holds every layer's activations for all n positions at once, attention scores n x n per head
-where the attention kernel materializes them (eager attention), and a forced prefix of f tokens its [f, V]
-logits twice (with their log-softmax: for SmolLM2, V = 49,152, an 8k-token prefix took 3.6 GB). Inputs longer
-than `prefill_chunk` tokens (`PREFILL_CHUNK` by default) therefore run in chunks of that many, each attending
-to the KV cache of the ones before, and a forced prefix is scored chunk by chunk, so the prefill's memory
-grows linearly with the input (docs/serving.md has the measured peaks). The result is the one-pass result up
-to float round-off (the same greedy tokens; tests/test_prefill_chunks.py); inputs no longer than a chunk run
-in one pass, as before.
-
-Prefix cache. With a `prefix_cache` (`ragteam.llm.prefix_cache`, a radix tree of KV keyed by token ids), a
-distinct input reads the longest prefix the tree holds and computes only the rest: the batch's KV cache holds,
-per row, its cached prefix right-aligned in the first `cached` columns (zeros, masked, before it), then its
-computed suffix left-padded in the next `width` columns; the attention mask covers both and the position ids
-count the row's own tokens, so a row may have masked columns in the middle. Each row leaves its last prompt
-token and its forced prefix to compute (their logits are needed), and puts its whole input in the tree after
-its prefill. Prefixes that several distinct inputs of one batch share and the tree lacks (the members of a
-group after their first act, a fork's children with different forced prefixes) are prefilled first, once
-(`shared_stems`). Identical inputs still prefill once and are copied (shared prefill above): one mechanism,
-the tree generalizing it across batches, turns and group members. The tokens are the same as without the
-cache, the log-probs equal up to float round-off (tests/test_prefix_cache.py). `stats` adds `prompt_tokens`
-(every row's input, what a cache-less engine would prefill), `cached_tokens` (read from the tree) and
-`prefill_tokens` counts what was computed, stems included.
+Prefill (chunked, and past a prefix cache): `ragteam.llm.prefill`.
 """
 
 from __future__ import annotations
@@ -65,7 +43,8 @@ import torch
 
 from ragteam.llm.base import TOO_LARGE, ModelError, Sampling
 from ragteam.llm.constraint import Constraint
-from ragteam.llm.prefix_cache import KV, PrefixCache, shared_stems
+from ragteam.llm.prefill import PREFILL_CHUNK as PREFILL_CHUNK  # re-exported: its old home
+from ragteam.llm.prefill import Prefill
 from ragteam.llm.sampling import (
     find_stop,
     gather_logprobs,
@@ -74,8 +53,6 @@ from ragteam.llm.sampling import (
     sample_seed,
     whitelist_mask,
 )
-
-PREFILL_CHUNK = 1024  # prefill tokens per forward pass (module docstring, "Chunked prefill")
 
 
 def group_rows(inputs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
@@ -138,11 +115,11 @@ def is_out_of_memory(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-class BatchedDecoder:
+class BatchedDecoder(Prefill):
     """Decoding `Row`s in batches; mixed into `LocalChatModel`, which sets what the methods read: `model`,
     `tokenizer`, `name`, `pad_id`, `eos_ids`, `eot_id`, `share_prefill`, `max_batch_size`,
     `max_batch_tokens` (None: no token budget), `prefill_chunk` (None: one pass), `batch_hook` (None),
-    `prefix_cache` (None: off) and `stats`."""
+    `prefix_cache` (None: off) and `stats`; the prefill is `Prefill`'s."""
 
     model: Any
     tokenizer: Any
@@ -155,8 +132,6 @@ class BatchedDecoder:
     max_batch_tokens: int | None
     prefill_chunk: int | None
     batch_hook: Callable[[list[Row]], None] | None
-    prefix_cache: PrefixCache | None
-    stats: dict[str, int]
 
     @property
     def device(self) -> torch.device:
@@ -328,33 +303,14 @@ class BatchedDecoder:
 
         Returns the KV cache, the next-token logits [B, V] float32, the attention mask [B, cached + width] and
         the position ids [B, width], one row per row of `rows` (rows with the same inputs get copies of one
-        prefilled row). Module docstring, "Prefix cache": the layout of cached and computed columns.
+        prefilled row). `ragteam.llm.prefill`: the layout of cached and computed columns.
         """
         dev = self.device
         first, group = group_rows([r.inputs for r in rows]) if self.share_prefill else _ungrouped(len(rows))
         inputs = [rows[i].inputs for i in first]
         forced_of = [rows[i].forced for i in first]
-        tree = self.prefix_cache
-        if tree is not None:
-            self._prefill_stems(shared_stems(inputs, forced_of, tree))
-        # the prefix a row reads from the tree leaves its last prompt token and its forced prefix to compute:
-        # their logits are the next token's and the prefix's scores
-        hits = [
-            tree.match(x, len(x) - 1 - f) if tree is not None else (0, []) for x, f in zip(inputs, forced_of)
-        ]
-        cached = [m for m, _ in hits]
-        past_width = max(cached)
-        suffixes = [x[m:] for x, m in zip(inputs, cached)]
-        width = max(map(len, suffixes))
-        ids = torch.full((len(inputs), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(inputs), past_width + width), dtype=torch.long)
-        for i, (x, m) in enumerate(zip(suffixes, cached)):
-            ids[i, width - len(x) :] = torch.tensor(x)
-            attn[i, past_width - m : past_width] = 1
-            attn[i, past_width + width - len(x) :] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, past_width:]  # a cached prefix's tokens come first
-        past = self._past(hits, past_width) if past_width else None
+        ids, attn, pos, past, cached = self._prefill_inputs(inputs, forced_of)
+        width = ids.shape[1]
         forced = max(forced_of)
         # A row's forced prefix is the end of its inputs: its f tokens are predicted by the f columns before the
         # last. A constrained row scores its prefix under its whitelist (rows sharing an input may differ in
@@ -380,10 +336,10 @@ class BatchedDecoder:
 
         cache, logits = self._prefill_forward(ids, attn, pos, forced + 1, score, past)
         self.stats["prefill_rows"] += len(inputs)
-        self.stats["prefill_tokens"] += sum(map(len, suffixes))
+        self.stats["prefill_tokens"] += sum(len(x) - m for x, m in zip(inputs, cached))
         self.stats["prompt_tokens"] += sum(len(r.inputs) for r in rows)
         self.stats["cached_tokens"] += sum(cached)
-        if tree is not None:
+        if self.prefix_cache is not None:
             self._remember(inputs, cache, attn)
         for r, g in zip(rows, group):
             r.logprobs = list(prefix_lp[(g, tuple(r.allowed) if r.allowed is not None else None)])
@@ -392,102 +348,6 @@ class BatchedDecoder:
             cache.reorder_cache(sel)  # index_select on the batch axis: copies of the shared rows
             logits, attn, pos = logits[sel], attn[sel], pos[sel]
         return cache, logits, attn, pos
-
-    def _past(self, hits: list[tuple[int, KV]], width: int) -> Any:
-        """A KV cache [G, heads, width, dim] per layer holding each row's cached prefix right-aligned (zeros,
-        masked, before it), from the tree's `hits`."""
-        from transformers import DynamicCache
-
-        ref = next(kv for m, kv in hits if m)
-        layers = []
-        for layer, (k0, v0) in enumerate(ref):
-            k = k0.new_zeros((len(hits), k0.shape[0], width, k0.shape[2]))
-            v = v0.new_zeros((len(hits), v0.shape[0], width, v0.shape[2]))
-            for i, (m, kv) in enumerate(hits):
-                if m:
-                    k[i, :, width - m :] = kv[layer][0]
-                    v[i, :, width - m :] = kv[layer][1]
-            layers.append((k, v))
-        return DynamicCache(layers, config=self.model.config)
-
-    def _remember(self, inputs: list[list[int]], cache: Any, attn: torch.Tensor) -> None:
-        """Put each prefilled row's KV in the prefix cache: row i's positions are its unmasked columns."""
-        assert self.prefix_cache is not None
-        for i, x in enumerate(inputs):
-            cols = attn[i].nonzero().squeeze(1)
-
-            def kv_of(a: int, b: int, i: int = i, cols: torch.Tensor = cols) -> KV:
-                idx = cols[a:b]
-                return [
-                    (c.keys[i].index_select(1, idx), c.values[i].index_select(1, idx)) for c in cache.layers
-                ]
-
-            self.prefix_cache.insert(x, kv_of)
-
-    def _prefill_stems(self, stems: list[list[int]]) -> None:
-        """Prefill, into the prefix cache only, the prefixes several distinct inputs of a batch share and the
-        cache lacks (`shared_stems`): the rows then read them instead of each computing its own copy."""
-        if not stems:
-            return
-        assert self.prefix_cache is not None
-        hits = [self.prefix_cache.match(x, len(x) - 1) for x in stems]
-        cached = [m for m, _ in hits]
-        past_width = max(cached)
-        width = max(len(x) - m for x, m in zip(stems, cached))
-        ids = torch.full((len(stems), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(stems), past_width + width), dtype=torch.long)
-        for i, (x, m) in enumerate(zip(stems, cached)):
-            ids[i, width - len(x) + m :] = torch.tensor(x[m:])
-            attn[i, past_width - m : past_width] = 1
-            attn[i, past_width + width - len(x) + m :] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, past_width:]
-        past = self._past(hits, past_width) if past_width else None
-        cache, _ = self._prefill_forward(ids, attn, pos, 1, lambda col, logits: None, past)
-        self.stats["prefill_rows"] += len(stems)
-        self.stats["prefill_tokens"] += sum(len(x) - m for x, m in zip(stems, cached))
-        self.stats["cached_tokens"] += sum(cached)
-        self._remember(stems, cache, attn)
-
-    def _prefill_forward(
-        self,
-        ids: torch.Tensor,
-        attn: torch.Tensor,
-        pos: torch.Tensor,
-        keep: int,
-        score: Callable[[int, torch.Tensor], None],
-        past: Any = None,
-    ) -> tuple[Any, torch.Tensor]:
-        """The prefill's forward pass over [G, width] left-padded inputs after `past` (a KV cache of the
-        cached prefixes, or None) whose columns the attention mask `attn` [G, cached + width] covers first:
-        the KV cache and the next-token logits [G, V] float32; `score(col, logits)` is shown the logits of the
-        last `keep` columns as they come.
-
-        Inputs longer than `prefill_chunk` tokens run in chunks of that many, each attending to the cache of
-        the ones before (module docstring, "Chunked prefill"); shorter ones in one pass, as before chunking."""
-        width = ids.shape[1]
-        offset = attn.shape[1] - width  # columns of the cached prefixes
-        chunk = self.prefill_chunk if self.prefill_chunk is not None else width
-        cache, last = past, None
-        for start in range(0, width, chunk):
-            end = min(start + chunk, width)
-            want = min(end - start, end - (width - keep))  # this chunk's columns among the last `keep`
-            whole = start == 0 and end == width  # one pass: the call made before chunking, unchanged
-            out = self.model(
-                input_ids=ids if whole else ids[:, start:end],
-                attention_mask=attn if whole else attn[:, : offset + end],
-                position_ids=pos if whole else pos[:, start:end],
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=max(want, 1),  # 0 would keep them all
-            )
-            cache = out.past_key_values
-            if want > 0:
-                score(end - want, out.logits[:, -want:])
-            if end == width:
-                last = out.logits[:, -1, :].float()
-            del out
-        return cache, last
 
     def _allowed_mask(self, rows: list[Row], vocab: int) -> torch.Tensor | None:
         """[B, V] bool: the tokens each row may take (all, for an unconstrained row); None when none is."""

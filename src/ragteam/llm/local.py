@@ -50,14 +50,14 @@ import torch
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.llm.constraint import Constraint, constraint_record, token_whitelist
-from ragteam.llm.decoder import PREFILL_CHUNK, BatchedDecoder, Row
+from ragteam.llm.decoder import BatchedDecoder, Row
 from ragteam.llm.logprobs import completion_logprobs
-from ragteam.llm.prefix_cache import PrefixCache
+from ragteam.llm.prefill import PREFILL_CHUNK, PREFIX_CACHE_MB
+from ragteam.llm.prefix_cache import PrefixCache, weights_key
 from ragteam.llm.sampling import (
     sample_seed,
 )
 
-PREFIX_CACHE_MB = 512  # the prefix cache's default budget (`--rollout.prefix-cache-mb`); SmolLM2: ~11k tokens
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -97,31 +97,12 @@ def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Ten
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{folder}: no *.safetensors weights to load")
+    if odd := [f.name for f in files if not f.is_file()]:  # opening a FIFO would block, holding the GIL
+        raise ValueError(f"{folder}: {odd[0]} is not a regular file (a pipe, a device or a folder?)")
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(str(f), device=device))
     return state
-
-
-def weights_key(model: Any) -> tuple[tuple[int, int], ...]:
-    """What identifies the weights' values cheaply: each parameter's storage and in-place version counter. An
-    optimizer step, `load_state_dict` or a LoRA adapter's update bumps the counters; replacing a tensor changes
-    the storage. The prefix cache is emptied when it changes (a cache keyed by token ids alone would serve KV
-    computed with old weights)."""
-    return tuple((p.data_ptr(), p._version) for p in model.parameters())
-
-
-def _full_attention(model: Any) -> bool:
-    """Whether every layer of the model's KV cache is a plain full-attention layer, whose keys and values for
-    a prefix do not depend on what follows (a sliding-window layer keeps only the last window)."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    try:
-        layers = DynamicCache(config=model.config).layers
-    except Exception:  # noqa: BLE001 - an unknown config: run without the cache
-        return False
-    return all(type(layer) is DynamicLayer for layer in layers)
 
 
 class LocalChatModel(BatchedDecoder):
@@ -259,39 +240,6 @@ class LocalChatModel(BatchedDecoder):
         }
         self.prefix_cache: PrefixCache | None = None
         self.set_prefix_cache(prefix_cache_mb)
-
-    def set_prefix_cache(self, mb: float) -> None:
-        """Cache prompt prefixes' KV in a radix tree of at most `mb` MB (0: off; `ragteam.llm.prefix_cache`).
-
-        Why: a rollout's prompts repeat (group members, templates, later turns); each prompt then prefills only
-        its uncached suffix. Changing the budget empties the cache. The KV is valid for the weights it was
-        computed with: every call checks a key of the parameters' storage and in-place version counters, which
-        an optimizer step on the shared module or a weight load bumps, and empties the tree when it changed.
-        A model whose cache layers are not plain full-attention layers (sliding windows) runs without it."""
-        if mb < 0:
-            raise ValueError(f"prefix cache budget must be >= 0 MB (0: off), got {mb}")
-        budget = int(mb * 2**20)
-        if budget and not _full_attention(self.model):
-            budget = 0
-        if budget == 0:
-            self.prefix_cache = None
-        elif self.prefix_cache is None or self.prefix_cache.budget_bytes != budget:
-            self.prefix_cache = PrefixCache(budget)
-
-    def prefix_cache_stats(self) -> dict[str, float]:
-        """The prefix cache's counters since the model was built: prompt tokens (every row's input), prefilled
-        tokens (computed), cached tokens (read from the tree), the hit rate (1 - prefilled / prompt), and
-        what the tree holds now (tokens, MB) and has evicted."""
-        s, tree = self.stats, self.prefix_cache
-        return {
-            "prompt_tokens": s["prompt_tokens"],
-            "prefill_tokens": s["prefill_tokens"],
-            "cached_tokens": s["cached_tokens"],
-            "hit_rate": 1 - s["prefill_tokens"] / s["prompt_tokens"] if s["prompt_tokens"] else 0.0,
-            "tree_tokens": tree.tokens if tree is not None else 0,
-            "tree_mb": tree.nbytes / 2**20 if tree is not None else 0.0,
-            "evicted_tokens": tree.evicted_tokens if tree is not None else 0,
-        }
 
     # ---- prompts -------------------------------------------------------------------------------------------
 

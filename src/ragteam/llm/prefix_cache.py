@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -218,3 +219,24 @@ def shared_stems(
             stems.add(tuple(inputs[i][:n]))
     ranked = sorted(stems)
     return [list(s) for s, t in zip(ranked, [*ranked[1:], None]) if t is None or t[: len(s)] != s]
+
+
+def weights_key(model: Any) -> tuple[tuple[int, int], ...]:
+    """What identifies the weights' values cheaply: each parameter's storage and in-place version counter. An
+    optimizer step, `load_state_dict` or a LoRA adapter's update bumps the counters; replacing a tensor changes
+    the storage. The prefix cache is emptied when it changes (a cache keyed by token ids alone would serve KV
+    computed with old weights)."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def full_attention(model: Any) -> bool:
+    """Whether every layer of the model's KV cache is a plain full-attention layer, whose keys and values for
+    a prefix do not depend on what follows (a sliding-window layer keeps only the last window)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # noqa: BLE001 - an unknown config: run without the cache
+        return False
+    return all(type(layer) is DynamicLayer for layer in layers)

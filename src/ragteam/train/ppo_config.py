@@ -15,11 +15,26 @@ from pydantic import Field, field_validator, model_validator
 
 from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.config import ConfigError
+from ragteam.credit import credit_help
 from ragteam.llm.critic import CriticConfig
 from ragteam.rollout.config import RolloutConfig
+from ragteam.train.advantages import ESTIMATORS
 from ragteam.train.common import LoraFields
+from ragteam.train.losses import POLICY_LOSSES
 from ragteam.train.report import REPORT_TO_HELP, ReportTo
 from ragteam.workflows import profiles
+
+
+def advantage_help() -> str:
+    """`--ppo.advantage`'s description, its names read from the registry (`register_advantage`), each with
+    what it needs: a critic, groups (--rollout.group-size K or forks), or neither."""
+
+    def needs(name: str) -> str:
+        e = ESTIMATORS[name]
+        return "a critic" if e.critic else "groups: --rollout.group-size K" if e.groups else "critic-free"
+
+    names = ", ".join(f"{name} ({needs(name)})" for name in ESTIMATORS)
+    return f"advantage estimator (train/advantages.py; register your own with ragteam.register_advantage): {names}"
 
 
 class PPOOptions(LoraFields):
@@ -27,16 +42,12 @@ class PPOOptions(LoraFields):
     the policy trains a LoRA adapter and the KL reference is the same model with the adapter switched off
     (no second copy in memory); a separate critic trains an adapter of its own."""
 
-    credit: str = Field(
-        "outcome",
-        description="credit function (ragteam.credit): outcome, tree_mc, tree_mean, mmoa, process",
+    credit: str = Field("outcome", description=credit_help())
+    advantage: str = Field("gae", description=advantage_help())
+    loss: str = Field(
+        "ppo",
+        description=f"policy loss (train/losses.py): {', '.join(POLICY_LOSSES)} (ppo: the clipped surrogate)",
     )
-    advantage: str = Field(
-        "gae",
-        description="advantage estimator (train/advantages.py): gae (a critic), or critic-free grpo, drgrpo, "
-        "rloo (groups: --rollout.group-size K), reinforce_pp (batch baseline), tree (sibling + group)",
-    )
-    loss: str = Field("ppo", description="policy loss (train/losses.py): ppo, the clipped surrogate")
     normalize: Literal["none", "global", "role"] = Field(
         "global",
         description="whiten advantages over the iteration's trained tokens (global), over each role's own "

@@ -1,0 +1,207 @@
+"""The prefill of `BatchedDecoder` (`ragteam.llm.decoder`): distinct inputs through the model in one left-padded
+batch, in chunks, each past the prefix the prefix cache holds of it; and the cache's settings and counters.
+
+Chunked prefill. The token budget bounds the KV cache, not the prefill's working memory: one pass over an
+n-token input holds every layer's activations for all n positions at once, attention scores n x n per head
+where the attention kernel materializes them (eager attention), and a forced prefix of f tokens its [f, V]
+logits twice (with their log-softmax: for SmolLM2, V = 49,152, an 8k-token prefix took 3.6 GB). Inputs longer
+than `prefill_chunk` tokens (`PREFILL_CHUNK` by default) therefore run in chunks of that many, each attending
+to the KV cache of the ones before, and a forced prefix is scored chunk by chunk, so the prefill's memory
+grows linearly with the input (docs/serving.md has the measured peaks). The result is the one-pass result up
+to float round-off (the same greedy tokens; tests/test_prefill_chunks.py); inputs no longer than a chunk run
+in one pass, as before.
+
+Prefix cache. With a `prefix_cache` (`ragteam.llm.prefix_cache`, a radix tree of KV keyed by token ids), a
+distinct input reads the longest prefix the tree holds and computes only the rest: the batch's KV cache holds,
+per row, its cached prefix right-aligned in the first `cached` columns (zeros, masked, before it), then its
+computed suffix left-padded in the next `width` columns; the attention mask covers both and the position ids
+count the row's own tokens, so a row may have masked columns in the middle. Each row leaves its last prompt
+token and its forced prefix to compute (their logits are needed), and puts its whole input in the tree after
+its prefill. Prefixes that several distinct inputs of one batch share and the tree lacks (the members of a
+group after their first act, a fork's children with different forced prefixes) are prefilled first, once
+(`shared_stems`). Identical inputs still prefill once and are copied (`ragteam.llm.decoder`, shared prefill): one mechanism,
+the tree generalizing it across batches, turns and group members. The tokens are the same as without the
+cache, the log-probs equal up to float round-off (tests/test_prefix_cache.py). `stats` adds `prompt_tokens`
+(every row's input, what a cache-less engine would prefill), `cached_tokens` (read from the tree) and
+`prefill_tokens` counts what was computed, stems included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ragteam.llm.prefix_cache import KV, PrefixCache, full_attention, shared_stems
+
+PREFILL_CHUNK = 1024  # prefill tokens per forward pass (module docstring, "Chunked prefill")
+PREFIX_CACHE_MB = 512  # the prefix cache's default budget (`--rollout.prefix-cache-mb`); SmolLM2: ~11k tokens
+
+
+class Prefill:
+    """Mixed into `BatchedDecoder`; reads `model`, `pad_id`, `device`, `prefill_chunk`, `prefix_cache` and
+    `stats`."""
+
+    model: Any
+    pad_id: int
+    device: torch.device
+    prefill_chunk: int | None
+    prefix_cache: PrefixCache | None
+    stats: dict[str, int]
+
+    def set_prefix_cache(self, mb: float) -> None:
+        """Cache prompt prefixes' KV in a radix tree of at most `mb` MB (0: off; `ragteam.llm.prefix_cache`).
+
+        Why: a rollout's prompts repeat (group members, templates, later turns); each prompt then prefills only
+        its uncached suffix. Changing the budget empties the cache. The KV is valid for the weights it was
+        computed with: `LocalChatModel.chat` checks a key of the parameters' storage and in-place version
+        counters, which an optimizer step on the shared module or a weight load bumps, and empties the tree
+        when it changed. A model whose cache layers are not plain full-attention layers (sliding windows) runs
+        without it."""
+        if mb < 0:
+            raise ValueError(f"prefix cache budget must be >= 0 MB (0: off), got {mb}")
+        budget = int(mb * 2**20)
+        if budget and not full_attention(self.model):
+            budget = 0
+        if budget == 0:
+            self.prefix_cache = None
+        elif self.prefix_cache is None or self.prefix_cache.budget_bytes != budget:
+            self.prefix_cache = PrefixCache(budget)
+
+    def prefix_cache_stats(self) -> dict[str, float]:
+        """The prefill's counters since the model was built: prompt tokens (every row's input), prefilled
+        tokens (computed), cached tokens (read from the tree), the hit rate (1 - prefilled / prompt), and
+        what the tree holds now (tokens, MB) and has evicted."""
+        s, tree = self.stats, self.prefix_cache
+        return {
+            "prompt_tokens": s["prompt_tokens"],
+            "prefill_tokens": s["prefill_tokens"],
+            "cached_tokens": s["cached_tokens"],
+            "hit_rate": 1 - s["prefill_tokens"] / s["prompt_tokens"] if s["prompt_tokens"] else 0.0,
+            "tree_tokens": tree.tokens if tree is not None else 0,
+            "tree_mb": tree.nbytes / 2**20 if tree is not None else 0.0,
+            "evicted_tokens": tree.evicted_tokens if tree is not None else 0,
+        }
+
+    def _prefill_inputs(
+        self, inputs: list[list[int]], forced: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, list[int]]:
+        """The prefill's tensors for distinct `inputs` (each ending with a forced prefix of `forced[i]`
+        tokens): the computed suffixes' ids [G, width] left-padded, the attention mask [G, cached + width], the
+        suffixes' position ids [G, width], the KV cache of the cached prefixes (None: none) and each input's
+        cached length. The shared stems the cache lacks are prefilled first (module docstring)."""
+        tree = self.prefix_cache
+        if tree is not None:
+            self._prefill_stems(shared_stems(inputs, forced, tree))
+        # the prefix a row reads from the tree leaves its last prompt token and its forced prefix to compute:
+        # their logits are the next token's and the prefix's scores
+        hits = [
+            tree.match(x, len(x) - 1 - f) if tree is not None else (0, []) for x, f in zip(inputs, forced)
+        ]
+        return self._layout(inputs, hits)
+
+    def _layout(
+        self, inputs: list[list[int]], hits: list[tuple[int, KV]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, list[int]]:
+        """`_prefill_inputs`' tensors for `inputs` and the tree's `hits` on them."""
+        cached = [m for m, _ in hits]
+        past_width = max(cached)
+        suffixes = [x[m:] for x, m in zip(inputs, cached)]
+        width = max(map(len, suffixes))
+        ids = torch.full((len(inputs), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(inputs), past_width + width), dtype=torch.long)
+        for i, (x, m) in enumerate(zip(suffixes, cached)):
+            ids[i, width - len(x) :] = torch.tensor(x)
+            attn[i, past_width - m : past_width] = 1
+            attn[i, past_width + width - len(x) :] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, past_width:]  # a cached prefix's tokens come first
+        past = self._past(hits, past_width) if past_width else None
+        return ids, attn, pos, past, cached
+
+    def _past(self, hits: list[tuple[int, KV]], width: int) -> Any:
+        """A KV cache [G, heads, width, dim] per layer holding each row's cached prefix right-aligned (zeros,
+        masked, before it), from the tree's `hits`."""
+        from transformers import DynamicCache
+
+        ref = next(kv for m, kv in hits if m)
+        layers = []
+        for layer, (k0, v0) in enumerate(ref):
+            k = k0.new_zeros((len(hits), k0.shape[0], width, k0.shape[2]))
+            v = v0.new_zeros((len(hits), v0.shape[0], width, v0.shape[2]))
+            for i, (m, kv) in enumerate(hits):
+                if m:
+                    k[i, :, width - m :] = kv[layer][0]
+                    v[i, :, width - m :] = kv[layer][1]
+            layers.append((k, v))
+        return DynamicCache(layers, config=self.model.config)
+
+    def _remember(self, inputs: list[list[int]], cache: Any, attn: torch.Tensor) -> None:
+        """Put each prefilled row's KV in the prefix cache: row i's positions are its unmasked columns."""
+        assert self.prefix_cache is not None
+        for i, x in enumerate(inputs):
+            cols = attn[i].nonzero().squeeze(1)
+
+            def kv_of(a: int, b: int, i: int = i, cols: torch.Tensor = cols) -> KV:
+                idx = cols[a:b]
+                return [
+                    (c.keys[i].index_select(1, idx), c.values[i].index_select(1, idx)) for c in cache.layers
+                ]
+
+            self.prefix_cache.insert(x, kv_of)
+
+    def _prefill_stems(self, stems: list[list[int]]) -> None:
+        """Prefill, into the prefix cache only, the prefixes several distinct inputs of a batch share and the
+        cache lacks (`shared_stems`): the rows then read them instead of each computing its own copy."""
+        if not stems:
+            return
+        assert self.prefix_cache is not None
+        ids, attn, pos, past, cached = self._layout(
+            stems, [self.prefix_cache.match(x, len(x) - 1) for x in stems]
+        )
+        cache, _ = self._prefill_forward(ids, attn, pos, 1, lambda col, logits: None, past)
+        self.stats["prefill_rows"] += len(stems)
+        self.stats["prefill_tokens"] += sum(len(x) - m for x, m in zip(stems, cached))
+        self.stats["cached_tokens"] += sum(cached)
+        self._remember(stems, cache, attn)
+
+    def _prefill_forward(
+        self,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        pos: torch.Tensor,
+        keep: int,
+        score: Callable[[int, torch.Tensor], None],
+        past: Any = None,
+    ) -> tuple[Any, torch.Tensor]:
+        """The prefill's forward pass over [G, width] left-padded inputs after `past` (a KV cache of the
+        cached prefixes, or None) whose columns the attention mask `attn` [G, cached + width] covers first:
+        the KV cache and the next-token logits [G, V] float32; `score(col, logits)` is shown the logits of the
+        last `keep` columns as they come.
+
+        Inputs longer than `prefill_chunk` tokens run in chunks of that many, each attending to the cache of
+        the ones before (module docstring, "Chunked prefill"); shorter ones in one pass, as before chunking."""
+        width = ids.shape[1]
+        offset = attn.shape[1] - width  # columns of the cached prefixes
+        chunk = self.prefill_chunk if self.prefill_chunk is not None else width
+        cache, last = past, None
+        for start in range(0, width, chunk):
+            end = min(start + chunk, width)
+            want = min(end - start, end - (width - keep))  # this chunk's columns among the last `keep`
+            whole = start == 0 and end == width  # one pass: the call made before chunking, unchanged
+            out = self.model(
+                input_ids=ids if whole else ids[:, start:end],
+                attention_mask=attn if whole else attn[:, : offset + end],
+                position_ids=pos if whole else pos[:, start:end],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=max(want, 1),  # 0 would keep them all
+            )
+            cache = out.past_key_values
+            if want > 0:
+                score(end - want, out.logits[:, -want:])
+            if end == width:
+                last = out.logits[:, -1, :].float()
+            del out
+        return cache, last
