@@ -135,3 +135,52 @@ def test_a_run_that_trains_nothing_warns_each_iteration_exits_1_and_keeps_its_ro
     assert all(ep.question.question in shown for ep in episodes)
     assert main(["ask", "--episodes", str(out / "rollouts" / "iteration-2.jsonl"), "--id", "nope"]) == 1
     assert "no episode of question 'nope'" in capfd.readouterr().err
+
+
+# ---- names from the registry -------------------------------------------------------------------------------
+
+
+def test_a_credit_registers_by_call_or_decorator_as_a_workflow_does(monkeypatch) -> None:
+    from ragteam import credit
+
+    monkeypatch.setattr(credit, "CREDITS", dict(credit.CREDITS))
+
+    def mine(episode, reward):
+        return {}
+
+    assert credit.register_credit("mine", mine) is mine  # a call, as register_workflow("x", Factory)
+    assert credit.register_credit("mine-too")(mine) is mine  # a decorator
+    assert credit.get_credit("mine") is mine and credit.get_credit("mine-too") is mine
+    with pytest.raises(TypeError, match="a credit is a function"):
+        credit.register_credit("bad", "outcome")
+
+
+def test_an_installed_packages_credit_is_in_the_help_and_loads_by_name(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "selfask_credit.py").write_text(
+        "def f1_minus_searches(episode, reward):\n    return {}\n", encoding="utf-8"
+    )
+    info = tmp_path / "selfask_credit-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: selfask-credit\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[ragteam.credits]\nf1-minus-searches = selfask_credit:f1_minus_searches\n", encoding="utf-8"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    shown = subprocess.run(
+        [sys.executable, "-m", "ragteam.cli.main", "train", "ppo", "--help"],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout  # fmt: skip
+    credit_help = " ".join(shown[shown.rindex("--ppo.credit PPO.CREDIT") :].split()[:40])  # not the usage
+    assert "outcome, tree_mc" in credit_help and "f1-minus-searches" in credit_help
+    assert "grpo (groups" in " ".join(shown.split())  # --ppo.advantage's names come from the registry too
+    loaded = subprocess.run(
+        [sys.executable, "-c", "from ragteam.credit import get_credit; print(get_credit('f1-minus-searches'))"],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout  # fmt: skip
+    assert "f1_minus_searches" in loaded
