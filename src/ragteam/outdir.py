@@ -14,18 +14,29 @@ into `--out` when the folder
 and otherwise stops with `OutDirError` naming what is there (the first few entries, and the command that
 wrote the folder's `config.yaml`), unless `--overwrite`: then the command writes over the files of the same
 names and leaves the others where they are.
+
+One writer at a time: `run_lock(out, command)` holds an exclusive `flock` on `out/.ragteam.lock` (which
+names the holder's pid and command) for as long as the command runs. Why: two identical `eval` commands on
+one `--out` each resumed from the same episodes and both appended every question, all exiting 0. A second
+command stops at once naming the holder's pid. The kernel drops the lock when its holder dies, kill -9
+included, so a stale lock file is simply taken over: no pid guessing, no manual clean-up. `check_out_dir`
+ignores the lock file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import yaml
 
 CONFIG_FILE = "config.yaml"
-IGNORED = frozenset({".DS_Store"})  # what a file browser leaves in any folder
+LOCK_FILE = ".ragteam.lock"
+IGNORED = frozenset({".DS_Store", LOCK_FILE})  # what a file browser leaves; the run lock
 SHOWN = 8  # entries named in the error
 
 
@@ -94,3 +105,84 @@ def check_out_dir(
         f"choose another --out, or pass {flag} to write into it anyway (files of the same names are "
         "replaced, the others kept)"
     )
+
+
+class RunLocked(OutDirError):
+    """Another live process holds the run folder's lock."""
+
+
+def _holder(fd: int) -> str:
+    """What the lock file says about its holder (`pid 123, ragteam eval`), for the message."""
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "another process (it has not written its pid yet)"
+
+
+def _take(path: Path, command: str) -> int:
+    """An open, exclusively locked descriptor of the lock file `path`; RunLocked when another process holds it.
+
+    The descriptor is checked to still be the file at `path` after locking: a holder that just finished
+    removes the file, and a lock on a removed file would lock nothing."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            what = path.parent if path.name == LOCK_FILE else path.name.removesuffix(LOCK_FILE)[1:]
+            raise RunLocked(
+                f"--out {what} is in use by {holder}; one command writes it at a time: wait for it to "
+                "finish, or stop it (its lock goes with it)"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}, ragteam {command}\n".encode(), 0)
+            return fd
+        os.close(fd)  # the file was removed (or replaced) while we waited: lock the one there now
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path, command: str) -> Iterator[None]:
+    """Hold the write lock of one output file (`ask --out FILE`): a `.NAME.ragteam.lock` beside it, taken and
+    released as `run_lock` takes a folder's; RunLocked when another process writes that file now."""
+    target = Path(path)
+    lock = target.parent / f".{target.name}{LOCK_FILE}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = _take(lock, command)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def run_lock(out: str | Path, command: str) -> Iterator[None]:
+    """Hold `out`'s run lock while the block runs (module docstring); RunLocked (an OutDirError, printed as
+    one line) when another process holds it. A folder it had to create is removed again if the command left
+    it empty; a path that is a file is left to `check_out_dir` to refuse."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        yield  # not a folder: the command's own check names it
+        return
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    fd = _take(path, command)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)  # closing releases the lock
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty

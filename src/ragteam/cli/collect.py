@@ -26,9 +26,11 @@ class Config(CollectConfig):
 
 def run(cfg: Config) -> int:
     from ragteam.collect.run import run_collect
+    from ragteam.outdir import run_lock
 
     try:
-        run_collect(cfg)
+        with run_lock(cfg.out, "collect"):  # one writer per run folder (ragteam.outdir)
+            run_collect(cfg)
     except KeyboardInterrupt:
         print(
             f"\nragteam collect: interrupted; finished episodes are in {cfg.out}/episodes.jsonl; "

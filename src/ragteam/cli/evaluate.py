@@ -24,8 +24,11 @@ class Config(EvalConfig):
 
 
 def run(cfg: Config) -> int:
+    from ragteam.outdir import run_lock
+
     try:
-        run_eval(cfg)
+        with run_lock(cfg.out, "eval"):  # one writer per run folder (ragteam.outdir)
+            run_eval(cfg)
     except KeyboardInterrupt:
         print(
             f"\nragteam eval: interrupted; finished episodes are in {cfg.out}/episodes.jsonl; "

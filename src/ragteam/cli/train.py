@@ -38,6 +38,18 @@ def check_train_out(kind: str, cfg: TrainConfig) -> None:
         check_out_dir(cfg.out, f"train {kind}", bool(getattr(cfg, "overwrite", False)), own=TRAIN_OWN)
 
 
+def train_lock(kind: str, cfg: Any) -> Any:
+    """The run lock on `cfg.out` (`ragteam.outdir.run_lock`: one writer per run folder) for `ragteam train
+    KIND`; under torchrun only rank 0 takes it (the other ranks write into the same folder by design)."""
+    import contextlib
+
+    from ragteam.outdir import run_lock
+
+    if os.environ.get("RANK", "0") != "0":
+        return contextlib.nullcontext()
+    return run_lock(cfg.out, f"train {kind}")
+
+
 def trained(kind: str, cfg: TrainConfig, train: Callable[[TrainConfig, Any], Path], options: Any) -> Path:
     """What `ragteam train KIND` does without the terminal: --out checked (`check_train_out`), then
     `train(shared settings, the trainer's options)`; the output folder."""
@@ -49,7 +61,8 @@ def run_trainer(kind: str, cfg: TrainConfig, train: Callable[[], Path]) -> int:
     """Run `train()` (the command's `train(cfg)`, which checks --out first); on Ctrl-C say how to resume; on
     success say how to load the result."""
     try:
-        out = train()
+        with train_lock(kind, cfg):
+            out = train()
     except KeyboardInterrupt:
         print(
             f"\nragteam train {kind}: interrupted; continue from the newest checkpoint with the same command "

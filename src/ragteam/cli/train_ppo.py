@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ragteam.cli.train import OVERWRITE_HELP, check_train_out
+from ragteam.cli.train import OVERWRITE_HELP, check_train_out, train_lock
 from ragteam.train.ppo_config import PPOConfig
 
 
@@ -37,7 +37,8 @@ def train(cfg: Config) -> Path:
 
 def run(cfg: Config) -> int:
     try:
-        out = train(cfg)
+        with train_lock("ppo", cfg):
+            out = train(cfg)
     except KeyboardInterrupt:
         print(
             f"\nragteam train ppo: interrupted; continue with the same command and --resume "

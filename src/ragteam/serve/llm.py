@@ -55,8 +55,9 @@ without the API key (`api_key`), 404 for an unknown model name, 408 for a body t
 413 for an oversize body (refused from its Content-Length, before reading it) or a request that runs out of
 memory decoding alone (`ModelError.too_large`, the message naming its tokens and the batch budget), 500 when
 the model fails a request. An integer of more digits than Python converts (4300) is a 400 naming its field, not a body the
-parser fails on. `/v1/load_weights` answers 400 naming the folder when it does not exist, is not a folder or
-holds no readable weights. A batch the model crashes on is run again one request at a time, so only the request that crashes it
+parser fails on. `/v1/load_weights` answers 400 naming the folder when it does not exist, is not a folder,
+holds a `*.safetensors` that is no regular file (a FIFO would block the reader) or no readable weights; the
+path is checked with `stat` in a worker thread, never opened on the event loop. A batch the model crashes on is run again one request at a time, so only the request that crashes it
 fails and no client sees another's error. A client that disconnects is answered 499 to nobody (its request
 cancelled, above). The server never dies on input. FastAPI's docs routes are off unless `docs=True`.
 """
@@ -67,6 +68,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import stat
 import time
 import uuid
 from typing import Any
@@ -138,9 +140,30 @@ class Batcher(RequestBatcher[ChatRequest]):
         return results
 
 
+def weights_folder_problem(path: str) -> str | None:
+    """Why `path` is no folder of weights to load, or None: it is missing, not a folder, or a `*.safetensors`
+    in it is not a regular file. Only `stat` is called (it never opens a file), in a worker thread: opening a
+    FIFO named `model.safetensors` blocks, and safetensors opens it holding the GIL, which froze every route
+    of the server (`/health` too) until something wrote to the pipe."""
+    try:
+        if not os.path.lexists(path):
+            return "does not exist (no *.safetensors weights to load)"
+        if not os.path.isdir(path):
+            return "is not a folder"
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name.endswith(".safetensors") and not stat.S_ISREG(os.stat(entry.path).st_mode):
+                    return f"{entry.name} is not a regular file (a pipe, a device or a folder?)"
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, a dangling link, no permission
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        return f"cannot be opened: {reason}"
+    return None
+
+
 async def _load_weights(model: ChatModel, served_name: str, data: Any) -> JSONResponse:
-    """`POST /v1/load_weights`: a 400 naming the folder when it is missing, not a folder, or its weights
-    do not load; 500 only when the model fails on weights that read fine."""
+    """`POST /v1/load_weights`: a 400 naming the folder when it is missing, not a folder, holds a
+    `*.safetensors` that is no regular file, or its weights do not load; 500 only when the model fails on
+    weights that read fine. Nothing of the path is touched on the event loop."""
     from ragteam.config import short_repr
 
     path = data.get("path") if isinstance(data, dict) else None
@@ -150,17 +173,8 @@ async def _load_weights(model: ChatModel, served_name: str, data: Any) -> JSONRe
     if loader is None:
         return openai_error(400, f"model {served_name!r} cannot load weights at run time")
     shown = short_repr(path, 300)
-    try:
-        exists, is_dir = os.path.lexists(path), os.path.isdir(path)
-    except (OSError, ValueError) as e:  # a name too long, a NUL byte, text no file name can hold
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        return openai_error(400, f"weights folder {shown} cannot be opened: {reason}", param="path")
-    if not exists:
-        return openai_error(
-            400, f"weights folder {shown} does not exist (no *.safetensors weights to load)", param="path"
-        )
-    if not is_dir:
-        return openai_error(400, f"weights folder {shown} is not a folder", param="path")
+    if problem := await asyncio.to_thread(weights_folder_problem, path):
+        return openai_error(400, f"weights folder {shown} {problem}", param="path")
     try:
         count = await asyncio.to_thread(loader, path)
     except (FileNotFoundError, ValueError) as e:
