@@ -240,14 +240,20 @@ def acting(qid: str, *valid: bool) -> Episode:
     return ep
 
 
-def test_invalid_acts_are_paired_per_question():
-    """A's questions: 1 of 2 acts invalid, 2 of 2, 0 of 1; B's: 0 of 2, 1 of 2, 0 of 1 -> 50, 100, 0 against
-    0, 50, 0 percent: B - A = -100/3 points, 2 questions down, none up (sign test p = 2 x 1/4)."""
+def test_invalid_acts_are_paired_per_question_at_report_mds_pooled_rate():
+    """A's questions: 1 of 2 acts invalid, 2 of 2, 0 of 1; B's: 0 of 2, 1 of 2, 0 of 1 -> pooled 3/5 = 60 %
+    against 1/5 = 20 % (report.md's rate; the per-question mean would say 50 and 16.7): B - A = -40 points;
+    2 questions down, none up (sign test p = 2 x 1/4)."""
+    from ragteam.stats.episodes import invalid_rate
+
     a = [acting("q0", True, False), acting("q1", False, False), acting("q2", True)]
     b = [acting("q0", True, True), acting("q1", True, False), acting("q2", True)]
     r = compare_runs(a, b)["metrics"]["invalid"]
-    assert (r["a"], r["b"]) == (pytest.approx(50.0), pytest.approx(50 / 3))
-    assert r["bootstrap"]["mean_diff"] == pytest.approx(-100 / 3)
+    assert (r["a"], r["b"]) == (pytest.approx(60.0), pytest.approx(20.0))
+    assert (r["a"], r["b"]) == (pytest.approx(100 * invalid_rate(a)), pytest.approx(100 * invalid_rate(b)))
+    assert r["bootstrap"]["mean_diff"] == pytest.approx(-40.0)
+    lo, hi = r["bootstrap"]["ci95"]
+    assert lo <= -40.0 <= hi and hi <= 0.0  # no resample has B worse: B is never above A on any question
     assert r["sign"] == {"down": 2, "up": 0, "p": pytest.approx(0.5)}
     assert (
         "invalid" in compare_runs(a, b)["metrics"]

@@ -100,14 +100,14 @@ def test_bundled_pool_holds_every_file_with_passages(shared_data):
 def test_eval_on_the_pooled_corpus_reports_size_gold_and_recall(folder, tmp_path):
     data = folder / "hotpotqa-dev-5.jsonl"
     runs = {}
-    for corpus in (None, "pooled"):
-        out = tmp_path / f"run-{corpus}"
+    for corpus in (None, f"pooled:{folder}"):
+        out = tmp_path / ("run-pooled" if corpus else "run-None")
         extra = ["--corpus", corpus] if corpus else []
         args = ["eval", "--workflow", "standard-rag", "--data", str(data), "--out", str(out), *TINY, *extra]
         assert main([*args, "--limit", "3"]) == 0
-        runs[corpus] = json.loads((out / "metrics.json").read_text())["corpus"]
+        runs[corpus and "pooled"] = json.loads((out / "metrics.json").read_text())["corpus"]
     distractor, pooled = runs[None], runs["pooled"]
-    assert pooled["kind"] == "pooled" and str(folder) in pooled["name"]
+    assert pooled["kind"] == "folder" and str(folder) in pooled["name"]
     assert pooled["passages"] > distractor["passages"]  # the other files' passages are distractors too
     assert pooled["gold"] == {"questions": 3, "all_present": 3}
     assert pooled["recall_at_k"]["k"] == 3 and pooled["recall_at_k"]["questions"] == 3

@@ -45,7 +45,7 @@ def dotted(cfg, key: str):
 def field_default(key: str):
     """The value a config field declares as its default (`rollout.max_depth` -> RolloutConfig's)."""
     head, _, rest = key.partition(".")
-    cls, name = (GROUPS[head], rest) if rest else (WorkflowConfig, head)
+    cls, name = (GROUPS[head], rest) if rest else (TeamConfig if head == "corpus" else WorkflowConfig, head)
     return cls.model_fields[name].get_default(call_default_factory=True)
 
 
@@ -59,7 +59,7 @@ def test_paper_profile_sets_each_value_in_the_built_workflow_and_rollout(fam):
     built = build_workflow(cfg)  # what eval, ask, collect and train ppo build from
     for s in profiles.PAPER[fam]:
         assert dotted(cfg, s.key) == s.value, s.key
-        if "." not in s.key:
+        if "." not in s.key and s.key != "corpus":  # the corpus is the run's, not a workflow option
             assert getattr(built.cfg, s.key) == s.value, s.key
 
 
@@ -67,7 +67,8 @@ def test_paper_values_that_differ_from_small_for_each_paper():
     c3po = TeamConfig(workflow="c3po", profile="paper")
     assert (c3po.topk, c3po.max_rounds) == (10, 13)
     r = c3po.rollout
-    assert (r.max_depth, r.max_tokens, r.max_prompt_tokens) == (13, 2048, 4096)
+    assert (r.max_depth, r.max_tokens, r.max_prompt_tokens) == (15, 2048, 4096)  # 15: where they test
+    assert c3po.corpus == "pooled" and TeamConfig(workflow="c3po").corpus == "distractor"
     gym = TeamConfig(workflow="gym:react", profile="paper")
     assert (gym.topk, gym.max_steps, gym.last_step) == (32, 10, "same")
     assert (gym.retriever.kind, gym.retriever.fusion, gym.retriever.dense_weight) == ("hybrid", "rrf", 0.5)
@@ -261,12 +262,12 @@ def test_paper_gives_rag_gym_summaries_and_the_direct_answer_2048_tokens():
     assert calls == {"answer": 2048}  # the baselines answer under the same budget as c3po's LLM
 
 
-def test_the_c3po_recipe_under_paper_keeps_the_2048_budgets():
-    cfg = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", profile="paper"))
+def test_the_c3po_recipe_runs_the_papers_2048_budgets_unless_a_flag_says_small():
+    cfg = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))  # the recipe alone: its paper's profile
     r = cfg.rollout
-    assert (r.max_tokens, r.llm_max_tokens, cfg.role_caps) == (2048, 2048, False)
-    assert cfg.ppo.value_loss == "mse" and cfg.ppo.max_sample_tokens == 4096
-    small = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))
+    assert cfg.profile == "paper" and (r.max_tokens, r.llm_max_tokens, cfg.role_caps) == (2048, 2048, False)
+    assert cfg.ppo.value_loss == "mse" and cfg.ppo.max_sample_tokens is None  # derived when the run builds
+    small = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", profile="small"))
     assert (small.rollout.max_tokens, small.rollout.llm_max_tokens, small.role_caps) == (256, 128, True)
 
 

@@ -20,10 +20,12 @@ from ragteam.workflows.mmoa import settings as mmoa
 
 def test_profiles_are_the_packages_rows():
     for fam, package in (("c3po", c3po), ("mmoa", mmoa), ("gym", gym)):
-        assert profiles.SMALL[fam] is package.SMALL and profiles.PAPER[fam] is package.PAPER
+        # the package's rows, then the corpus row every family shares (`profiles.CORPUS_*`)
+        assert profiles.SMALL[fam][:-1] == package.SMALL and profiles.PAPER[fam][:-1] == package.PAPER
+        assert (profiles.SMALL[fam][-1].key, profiles.PAPER[fam][-1].value) == ("corpus", "pooled")
     paper = profiles.values("paper", "c3po")
-    assert (paper["topk"], paper["max_rounds"], paper["rollout"]["max_depth"]) == (10, 13, 13)
-    assert paper["topk"] == c3po.TOPK and paper["rollout"]["max_depth"] == c3po.MAX_DEPTH
+    assert (paper["topk"], paper["max_rounds"], paper["rollout"]["max_depth"]) == (10, 13, 15)
+    assert paper["topk"] == c3po.TOPK and paper["rollout"]["max_depth"] == c3po.TEST_MAX_DEPTH
     assert profiles.values("paper", "standard-rag")["topk"] == c3po.TOPK  # the baselines follow C-3PO's
 
 
@@ -51,11 +53,15 @@ def test_the_router_writes_and_reads_the_stated_tags():
 
 def test_recipes_take_the_papers_values_from_the_package():
     c3 = ppo_config.recipe_values("c3po")
-    assert (c3["topk"], c3["max_rounds"], c3["rollout"]["max_depth"]) == (c3po.TOPK, 13, c3po.MAX_DEPTH)
+    assert c3["profile"] == "paper" and c3["rollout"]["max_depth"] == c3po.MAX_DEPTH  # training's 13
     assert c3["rollout"]["forks"] == "c3po" and "paper" not in c3
-    assert ppo_config.recipe_values("c3po-no-tree")["topk"] == c3po.TOPK  # through its base
-    assert ppo_config.recipe_values("mmoa")["selector_constrained"] is True
-    assert ppo_config.recipe_values("gym")["max_steps"] == 10
+    run = ppo_config.with_recipe(ppo_config.PPOConfig(recipe="c3po-no-tree", data="d", out="o"))
+    assert (run.topk, run.max_rounds, run.rollout.max_depth) == (c3po.TOPK, 13, 13)  # through its base
+    mmoa = ppo_config.with_recipe(ppo_config.PPOConfig(recipe="mmoa", data="d", out="o"))
+    assert mmoa.selector_constrained is True and mmoa.fill_from_question is False
+    gym = ppo_config.PPOConfig(recipe="gym", data="d", out="o", critic={"model": "m"})
+    g = ppo_config.with_recipe(gym)
+    assert (g.max_steps, g.topk, g.retriever.fusion, g.last_step) == (10, 32, "rrf", "same")
 
 
 def test_a_recipe_naming_a_value_the_paper_does_not_state_is_an_error(tmp_path):

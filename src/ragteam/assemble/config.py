@@ -23,6 +23,16 @@ from ragteam.rollout.config import RolloutConfig
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.registry import workflow_help
 
+CORPUS_HELP = (
+    "what to retrieve from (ragteam.eval.corpus): distractor (the run's questions' own paragraphs, gold "
+    "included; --profile small), pooled (every paragraph of the question file(s): the papers' setting, "
+    "--profile paper and every train ppo recipe), pooled+FILE[+FILE] (joined with passage or benchmark files, "
+    "e.g. a Wikipedia sample), pooled:DIR (every benchmark and corpus file of a folder), an index folder, or "
+    "a passage FILE ({id, title, text} / FlashRAG {id, contents}); --retriever.index or --retriever.url "
+    "win over a profile's corpus"
+)
+"""The help of `--corpus`, one option spelled one way on every command that retrieves."""
+
 DEMO_DATA = "hotpotqa-dev-50.jsonl"
 """The bundled demo questions (ragteam/demo/), whose pooled paragraphs are `ask`'s default corpus."""
 
@@ -39,8 +49,10 @@ class TeamConfig(WorkflowConfig):
     )
     retriever: RetrieverConfig = Field(
         default_factory=RetrieverConfig,
-        description="the corpus: --retriever.index DIR, --retriever.url URL, or the dataset's own paragraphs",
+        description="the retriever and its index: --retriever.index DIR, --retriever.url URL, or the one "
+        "--corpus builds",
     )
+    corpus: str = Field("distractor", description=CORPUS_HELP)
     rollout: RolloutConfig = Field(
         default_factory=RolloutConfig, description="decoding, seeds, forks, keep-one-of-N and budgets"
     )

@@ -114,7 +114,13 @@ def run(cfg: Config) -> int:
         if demo is not None:
             data, fmt = str(demo), None
             print(f"(corpus: the paragraphs of the bundled demo questions, {demo.name})", file=sys.stderr)
-    parts = build_team(cfg, data=data, fmt=fmt)
+    # --corpus: a question of --data (--id) searches its own paragraphs under distractor; a free question
+    # every paragraph of the file, as a server would (ragteam.eval.corpus)
+    from ragteam.eval.corpus import choose_corpus
+
+    own = [question] if cfg.id is not None else None
+    built, _ = choose_corpus(cfg, data, fmt, needs_retriever(cfg), progress=True, questions=own)
+    parts = build_team(built, data=data, fmt=fmt)
     reward = None
     if question.golden_answers:
         from ragteam.metrics.answer import score_answer

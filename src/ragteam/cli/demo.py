@@ -83,6 +83,12 @@ class Config(BaseConfig):
     retriever: RetrieverConfig = Field(
         default_factory=RetrieverConfig, description="the demo corpus' retriever"
     )
+    corpus: str | None = Field(
+        None,
+        description="what every stage retrieves from: distractor (default: the paragraphs of the bundled "
+        "demo questions), pooled+FILE[+FILE] (joined with passage files, e.g. a Wikipedia sample), an index "
+        "folder or a passage FILE (the --corpus of eval and train ppo)",
+    )
     k: int = Field(3, ge=1, description="passages shown for the demo search")
     overwrite: bool = Field(
         False,
@@ -113,7 +119,8 @@ def _folder_name(workflow: str) -> str:
 def run(cfg: Config) -> int:
     from ragteam.assemble.config import demo_data_path
     from ragteam.demo.report import write_report
-    from ragteam.retrieval.factory import KIND_NEEDS, dataset_index, retriever_from_index
+    from ragteam.eval.corpus import open_corpus, parse_corpus
+    from ragteam.retrieval.factory import KIND_NEEDS, retriever_from_index
 
     data = demo_data_path()
     if data is None:
@@ -129,10 +136,12 @@ def run(cfg: Config) -> int:
     seconds: dict[str, float] = {}
     t_all = perf_counter()
 
-    print(f"== 1. index: paragraphs pooled from {len(questions)} HotpotQA questions ({data.name})")
     t0 = perf_counter()
     kinds = KIND_NEEDS.get(cfg.retriever.kind, ("bm25", "dense"))
-    folder = dataset_index(data, kinds=kinds, questions=questions, progress=False)
+    spec = parse_corpus(cfg.corpus)  # every stage searches it; distractor: all the demo questions
+    chosen = open_corpus(spec, str(data), None, None, kinds, progress=False)
+    folder = chosen.index
+    print(f"== 1. index: {chosen.name} ({data.name})")
     print(f"   {len(folder.docs)} passages, indexes {', '.join(folder.kinds)} in {folder.path}")
     retriever_cfg = cfg.retriever.model_copy(update={"index": str(folder.path)})
     seconds["index"] = perf_counter() - t0
@@ -350,6 +359,7 @@ def ppo(
                 threads=cfg.model.threads,
                 progress=cfg.progress,
                 rollout={**ROLLOUT_SETTINGS, "group_size": 2, "temperature": 1.0, "top_p": 0.9},
+                profile="small",  # the recipe's paper profile otherwise: as the demo's evaluations run
                 selector_constrained=False,  # as the demo's evaluations run the Selector
                 ppo={
                     "advantage": "grpo",

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ragteam.assemble.config import JudgeConfig, TeamConfig
+from ragteam.assemble.config import CORPUS_HELP, JudgeConfig, TeamConfig
 from ragteam.collect.accept import AcceptRule
 from ragteam.llm.config import ModelConfig
 from ragteam.llm.critic import CriticConfig
@@ -54,8 +54,10 @@ class CollectConfig(WorkflowConfig):
     llm: ModelConfig = Field(default_factory=ModelConfig, description="the fixed LLM server (as in eval)")
     retriever: RetrieverConfig = Field(
         default_factory=RetrieverConfig,
-        description="the corpus: --retriever.index DIR, --retriever.url URL, or the dataset's own paragraphs",
+        description="the retriever and its index: --retriever.index DIR, --retriever.url URL, or the one "
+        "--corpus builds",
     )
+    corpus: str = Field("distractor", description=CORPUS_HELP)
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(temperature=1.0),
         description="decoding, seeds and budgets (temperature 1 by default here); forks and keep-one-of-N "

@@ -22,6 +22,7 @@ from functools import partial
 from time import perf_counter
 from typing import Any
 
+from ragteam.assemble.build import needs_retriever
 from ragteam.assemble.folder import RESUME_IGNORED as RUN_IGNORED
 from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.collect.accept import AcceptRule, Verdicts, judge_answers
@@ -30,6 +31,7 @@ from ragteam.collect.mmoa import MMOALabeling, mmoa_rows
 from ragteam.collect.process import process_pairs
 from ragteam.collect.rows import write_rows
 from ragteam.collect.sft import sft_rows, tree_counts
+from ragteam.eval.corpus import choose_corpus
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
@@ -245,10 +247,14 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
     calls: dict[str, int] = {}
     ranking: dict[str, int] = {}  # the ranker's tallies (malformed LLM rankings...), when it runs here
+    # the corpus (--corpus): its index built once here, then opened by every builder of the collection
+    built, corpus = choose_corpus(
+        cfg, cfg.data, qset.format, needs_retriever(cfg.run_config()), cfg.progress, questions=selected
+    )
     if todo:
         # in this process, or on Ray actors that each build it (--rollout.workers, rollout/distributed.py)
         workflow, engine = spread(
-            partial(build_collection, cfg, cfg.data, qset.format), cfg.run_config().rollout
+            partial(build_collection, built, cfg.data, qset.format), cfg.run_config().rollout
         )
         reward = None if cfg.mode == "mmoa" else (lambda q, prediction: score_answer(prediction, q))
         with TraceWriter(trace) as writer:
@@ -270,6 +276,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
         "workflow": cfg.workflow,
         "accept": "(mmoa heuristics)" if cfg.mode == "mmoa" else str(rule),
         "teacher": cfg.teacher_name,
+        "corpus": corpus.name,
         "questions": len(selected),
         "episodes": len(episodes),
         "failed_episodes": sum(1 for ep in episodes if ep.status == "failed"),

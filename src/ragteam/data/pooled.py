@@ -56,14 +56,15 @@ def data_files(folder: str | Path) -> list[Path]:
     return out
 
 
-def _file_passages(path: Path) -> tuple[list[Doc], PoolSource]:
-    """The passages one file contributes: a benchmark's carried paragraphs, or a corpus' passages."""
+def _file_passages(path: Path, fmt: str | None = None) -> tuple[list[Doc], PoolSource]:
+    """The passages one file contributes: a benchmark's carried paragraphs (read in `fmt`, default
+    detected), or a corpus' passages."""
     from ragteam.data.corpus import pool_corpus, read_corpus
     from ragteam.data.questions import detect_format, read_questions
     from ragteam.data.records import RecordError
 
     try:
-        fmt = detect_format(path)
+        fmt = fmt or detect_format(path)
     except (RecordError, ValueError) as not_questions:
         try:
             docs = read_corpus(path)
@@ -77,12 +78,15 @@ def _file_passages(path: Path) -> tuple[list[Doc], PoolSource]:
     return docs, PoolSource(str(path), "questions", fmt, len(qset), len(docs), note=note)
 
 
-def pool_files(paths: Iterable[str | Path]) -> tuple[list[Doc], list[PoolSource]]:
-    """Every passage of `paths`, deduplicated by title + text (first seen kept), ids `doc_id(title, text)`."""
+def pool_files(
+    paths: Iterable[str | Path], formats: dict[str, str | None] | None = None
+) -> tuple[list[Doc], list[PoolSource]]:
+    """Every passage of `paths`, deduplicated by title + text (first seen kept), ids `doc_id(title, text)`;
+    `formats` gives a benchmark file's reader format by its path as given (default: detected)."""
     pooled: dict[str, Doc] = {}
     sources = []
     for path in paths:
-        docs, src = _file_passages(Path(path))
+        docs, src = _file_passages(Path(path), (formats or {}).get(str(path)))
         for d in docs:
             title, text = d.title.strip(), d.text.strip()
             key = doc_id(title, text)
@@ -104,6 +108,33 @@ def folder_key(paths: Iterable[str | Path], root: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def files_key(paths: Iterable[str | Path]) -> str:
+    """Cache key of a pool of named files (`--corpus pooled+FILE`): sha1 of each file's resolved path and
+    bytes, in order, and the pooling version; a file that is not there is a FileNotFoundError naming it."""
+    digest = hashlib.sha1(f"files-v{POOL_VERSION}".encode())
+    for p in paths:
+        path = Path(p).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"{p}: no such file to pool (--corpus pooled+FILE)")
+        digest.update(b"\0" + str(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def write_files_pool(
+    paths: Iterable[str | Path], out: str | Path, formats: dict[str, str | None] | None = None
+) -> tuple[Path, list[PoolSource]]:
+    """Pool the files `paths` into the corpus file `out` and `out` + `.sources.json`, as `write_pool` does
+    for a folder."""
+    paths = list(paths)
+    docs, sources = pool_files(paths, formats)
+    if not docs:
+        raise ValueError(f"none of {', '.join(map(str, paths))} carries passages to pool")
+    return _write(out, docs, sources, {"files": [str(Path(p).resolve()) for p in paths]})
+
+
 def sources_table(sources: list[PoolSource]) -> list[dict]:
     """The sources as JSON-able rows (for the pool's manifest and the eval report)."""
     return [asdict(s) for s in sources]
@@ -111,20 +142,25 @@ def sources_table(sources: list[PoolSource]) -> list[dict]:
 
 def write_pool(folder: str | Path, out: str | Path) -> tuple[Path, list[PoolSource]]:
     """Pool `folder` into the corpus file `out` (JSONL `{id, title, text}`) and `out` + `.sources.json`."""
-    from ragteam.data.corpus import write_corpus
-
     files = data_files(folder)
     docs, sources = pool_files(files)
     for src in sources:  # paths under the folder: the report names `formats/musique-sample.jsonl`
         src.path = str(Path(src.path).relative_to(folder))
     if not docs:
         raise ValueError(f"{folder}: none of its {len(files)} data files carries passages to pool")
+    return _write(out, docs, sources, {"folder": str(Path(folder).resolve())})
+
+
+def _write(out: str | Path, docs: list[Doc], sources: list[PoolSource], where: dict) -> tuple[Path, list]:
+    """The pool's corpus file and its `.sources.json` (what each file added); the corpus file last, so one
+    that is present means a complete pool."""
+    from ragteam.data.corpus import write_corpus
+
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     write_corpus(tmp, docs)
     Path(str(out) + ".sources.json").write_text(
-        json.dumps({"folder": str(Path(folder).resolve()), "sources": sources_table(sources)}, indent=2),
-        encoding="utf-8",
+        json.dumps({**where, "sources": sources_table(sources)}, indent=2), encoding="utf-8"
     )
-    tmp.replace(out)  # last: a corpus file present means a complete pool
+    tmp.replace(out)
     return out, sources

@@ -1,14 +1,21 @@
-"""Which corpus an eval retrieves from, and what its report states about it.
+"""Which corpus a run retrieves from (`--corpus`, on every command that retrieves), and what its report
+states about it.
 
 `--corpus` picks it (unless `--retriever.index DIR` or `--retriever.url URL` names one directly):
 
-- `distractor` (the default): the paragraphs carried by the question file itself, gold included. HotpotQA's
-  distractor setting: each question's two gold paragraphs sit among its own ~8 distractors and the other
-  questions' paragraphs, a few thousand passages in all. Easy, and it says little about open retrieval.
-- `pooled` (or `pooled:DIR`): every benchmark and corpus file in the folder of `--data` (or DIR), pooled and
-  deduplicated (`ragteam.data.pooled`): the gold paragraphs are present, among passages of other benchmarks
-  and of the Wikipedia sample. Built once, cached under `$RAGTEAM_HOME`.
-- a FILE: any passage corpus (`{id, title, text}`, FlashRAG `{id, contents}`, DPR TSV), indexed once.
+- `distractor` (the default under `--profile small`): the paragraphs the run's own questions carry, gold
+  included: HotpotQA's distractor setting, each question's two gold paragraphs among its ~8 distractors, and
+  the other questions' of the run beside them. Only those passages are indexed: `eval --limit 5` embeds ~50,
+  not the file's 4,858. The corpus grows with the run's questions; for one that does not, use `pooled`.
+- `pooled` (the papers' setting: `--profile paper` and every `train ppo --recipe`): every paragraph of the
+  question file(s) (`--data`, and `--eval-data` in training), pooled and deduplicated: 4,858 passages for
+  HotpotQA-500. `pooled+FILE[+FILE...]` joins passage files or other benchmark files to it (e.g.
+  `pooled+../shared/data/wiki18-sample-1000.jsonl`), the closest offline stand-in for the papers' Wikipedia.
+- `pooled:DIR`: every benchmark and corpus file in the folder DIR, pooled (`ragteam.data.pooled`).
+- an index folder (built by `ragteam index`), or a passage FILE (`{id, title, text}`, FlashRAG
+  `{id, contents}`, DPR TSV), indexed once.
+
+Every index built here is cached under `$RAGTEAM_HOME/indexes` and reused by later runs.
 
 Every report states the corpus, its size, whether it holds the gold paragraphs of the run's questions, and,
 when gold ids are known, recall@k of those questions (the question as the query, top `--topk`) and how much
@@ -34,8 +41,9 @@ from ragteam.types import Doc, Question, doc_id
 DISTRACTOR = "distractor"
 POOLED = "pooled"
 
-DISTRACTOR_NAME = "distractor: the question file's own paragraphs, gold included"
-POOLED_NAME = "pooled: every benchmark and corpus file of {folder}, deduplicated"
+DISTRACTOR_NAME = "distractor: the own paragraphs of the run's {n} questions, gold included"
+POOLED_NAME = "pooled: every paragraph of {files}, deduplicated"
+FOLDER_NAME = "pooled: every benchmark and corpus file of {folder}, deduplicated"
 
 _CONTENT_ID = re.compile(r"^p[0-9a-f]{12}$")
 
@@ -44,7 +52,7 @@ _CONTENT_ID = re.compile(r"^p[0-9a-f]{12}$")
 class CorpusChoice:
     """The corpus of a run: its kind, a human name, and the opened index folder (None: remote or none)."""
 
-    kind: str  # distractor | pooled | file | index | remote | none
+    kind: str  # distractor | pooled | folder | file | index | remote | none
     name: str
     index: Any = None  # retrieval.index.IndexFolder
     url: str | None = None
@@ -63,45 +71,128 @@ def gold_keys(q: Question) -> list[int] | None:
     return [int(i[1:], 16) for i in ids]
 
 
-def choose_corpus(cfg: Any, data: str, fmt: str, needs_retriever: bool, progress: bool = True):
+@dataclass(frozen=True)
+class CorpusSpec:
+    """A parsed `--corpus` value: its kind and the paths it names (files to join, a folder, a file)."""
+
+    kind: str  # distractor | pooled | folder | path
+    paths: tuple[str, ...] = ()
+
+
+def parse_corpus(value: str | None) -> CorpusSpec:
+    """`--corpus` read: None or `distractor`; `pooled`, `pooled+A+B` (files joined); `pooled:DIR`; else a
+    path (an index folder or a passage file, told apart when opened). ValueError on an empty part."""
+    text = (value or DISTRACTOR).strip()
+    if text == DISTRACTOR:
+        return CorpusSpec(DISTRACTOR)
+    if text == POOLED or text.startswith(POOLED + "+"):
+        extra = tuple(part.strip() for part in text.split("+")[1:])
+        if any(not part for part in extra):
+            raise ValueError(f"--corpus {text}: an empty file name after '+' (pooled+FILE[+FILE...])")
+        return CorpusSpec(POOLED, extra)
+    if text.startswith(POOLED + ":"):
+        folder = text[len(POOLED) + 1 :].strip()
+        return CorpusSpec("folder", (folder,) if folder else ())
+    return CorpusSpec("path", (text,))
+
+
+def corpus_was_chosen(cfg: Any) -> bool:
+    """Whether the config's corpus was given (flag, config file, recipe), not filled in by a profile: a
+    profile's `pooled` yields to an index or URL the user names, a corpus the user names clashes with it."""
+    return getattr(cfg, "corpus", None) is not None and "corpus" in getattr(cfg, "model_fields_set", ())
+
+
+def open_corpus(
+    spec: CorpusSpec,
+    data: str | None,
+    fmt: str | None,
+    questions: Sequence[Question] | None = None,
+    kinds: Sequence[str] = ("bm25", "dense"),
+    progress: bool = True,
+    dense: Any = None,
+    more_data: Sequence[str] = (),
+) -> CorpusChoice:
+    """The corpus `spec` names, its index opened (built and cached first when missing). `data` (read in `fmt`)
+    and `more_data` are the run's question files; `questions` the run's questions (None: every question of
+    `data`, as for a server, whose questions arrive later)."""
+    from ragteam.retrieval import factory
+
+    if spec.kind == DISTRACTOR:
+        if questions is None:
+            if data is None:
+                raise ValueError("--corpus distractor retrieves from the questions' paragraphs: give --data")
+            folder = factory.dataset_index(data, fmt, kinds=kinds, progress=progress, dense=dense)
+            n = len(folder)
+            return CorpusChoice(DISTRACTOR, f"distractor: every paragraph of {data} ({n} passages)", folder)
+        folder = factory.questions_index(questions, kinds, progress, dense, source=str(data or "the run"))
+        return CorpusChoice(DISTRACTOR, DISTRACTOR_NAME.format(n=len(questions)), folder)
+    if spec.kind == POOLED:
+        files = [f for f in (data, *more_data) if f is not None]
+        if not files:
+            raise ValueError("--corpus pooled pools the question file's paragraphs: give --data")
+        files = list(dict.fromkeys(files))  # --eval-data may be --data
+        name = POOLED_NAME.format(files=" + ".join([*files, *spec.paths]))
+        if len(files) == 1 and not spec.paths:  # the file alone: the cache of every earlier run
+            folder = factory.dataset_index(files[0], fmt, kinds=kinds, progress=progress, dense=dense)
+        else:
+            formats = {str(data): fmt} if data is not None else None
+            paths = [*files, *spec.paths]
+            folder = factory.files_index(paths, kinds, progress, dense, formats=formats)
+        return CorpusChoice(POOLED, name, folder)
+    if spec.kind == "folder":
+        where = spec.paths[0] if spec.paths else (str(Path(data).resolve().parent) if data else None)
+        if where is None:
+            raise ValueError("--corpus pooled: names no folder and there is no --data beside which to look")
+        folder = factory.pooled_index(where, kinds=kinds, progress=progress, dense=dense)
+        return CorpusChoice("folder", FOLDER_NAME.format(folder=where), folder)
+    path = Path(spec.paths[0])
+    if path.is_dir():
+        if not (path / "manifest.json").is_file():
+            raise ValueError(
+                f"--corpus {path}: a folder but not an index folder (no manifest.json); "
+                f"`--corpus pooled:{path}` pools the files in it"
+            )
+        folder = factory.open_index(path)
+        return CorpusChoice("index", f"index folder {path} ({folder.manifest.get('source')})", folder)
+    folder = factory.corpus_file_index(path, kinds=kinds, progress=progress, dense=dense)
+    return CorpusChoice("file", f"corpus file {path}", folder)
+
+
+def choose_corpus(
+    cfg: Any,
+    data: str | None,
+    fmt: str | None,
+    needs_retriever: bool,
+    progress: bool = True,
+    questions: Sequence[Question] | None = None,
+    more_data: Sequence[str] = (),
+):
     """(the run config to build with, the `CorpusChoice`): the chosen corpus' index, built once and cached,
-    is put in `retriever.index` of a copy of `cfg`, so `build_team` opens it like any index folder."""
-    from ragteam.retrieval.factory import (
-        KIND_NEEDS,
-        corpus_file_index,
-        dataset_index,
-        dense_build,
-        open_index,
-        pooled_index,
-    )
+    is put in `retriever.index` of a copy of `cfg`, so `build_team` opens it like any index folder. The
+    config's own `retriever.index` / `url` win over a corpus a profile filled in; one the user named too
+    is an error naming both."""
+    from ragteam.retrieval.factory import KIND_NEEDS, dense_build
 
     r = cfg.retriever
-    choice = (getattr(cfg, "corpus", None) or DISTRACTOR).strip()
+    spec = parse_corpus(getattr(cfg, "corpus", None))
     explicit = r.index is not None or r.url is not None or r.kind == "remote"
-    if explicit and choice != DISTRACTOR:
+    if explicit and spec.kind != DISTRACTOR and corpus_was_chosen(cfg):
         raise ValueError(
-            f"--corpus {choice} and --retriever.{'url' if r.url else 'index'} both name a corpus; give one"
+            f"--corpus {cfg.corpus} and --retriever.{'url' if r.url else 'index'} both name a corpus; give one"
         )
     if not needs_retriever:
         return cfg, CorpusChoice("none", "none: the workflow does not retrieve")
     if r.kind == "remote":
         return cfg, CorpusChoice("remote", f"remote service at {r.url}", url=r.url)
     if r.index is not None:
+        from ragteam.retrieval.factory import open_index
+
         folder = open_index(r.index)
         return cfg, CorpusChoice("index", f"index folder {r.index} ({folder.manifest.get('source')})", folder)
-    kinds, dense = KIND_NEEDS[r.kind], dense_build(r)  # the encoder --retriever.dense-model names, if any
-    if choice == DISTRACTOR:
-        folder = dataset_index(data, fmt, kinds=kinds, progress=progress, dense=dense)
-        made = CorpusChoice("distractor", DISTRACTOR_NAME)
-    elif choice == POOLED or choice.startswith(POOLED + ":"):
-        where = choice[len(POOLED) + 1 :] or str(Path(data).resolve().parent)
-        folder = pooled_index(where, kinds=kinds, progress=progress, dense=dense)
-        made = CorpusChoice("pooled", POOLED_NAME.format(folder=where))
-    else:
-        folder = corpus_file_index(choice, kinds=kinds, progress=progress, dense=dense)
-        made = CorpusChoice("file", f"corpus file {choice}")
-    made.index = folder
-    built = cfg.model_copy(update={"retriever": r.model_copy(update={"index": str(folder.path)})})
+    made = open_corpus(
+        spec, data, fmt, questions, KIND_NEEDS[r.kind], progress, dense_build(r), more_data
+    )  # the encoder --retriever.dense-model names, if any
+    built = cfg.model_copy(update={"retriever": r.model_copy(update={"index": str(made.index.path)})})
     return built, made
 
 

@@ -45,12 +45,6 @@ class EvalConfig(TeamConfig):
         description="skip malformed records of --data instead of stopping (counted in the report, their "
         "lines listed in skipped.jsonl)",
     )
-    corpus: str | None = Field(
-        None,
-        description="what to retrieve from: distractor (default: the --data file's own paragraphs, gold "
-        "included), pooled (every benchmark and corpus file in the folder of --data, deduplicated; "
-        "pooled:DIR for another folder) or a passage FILE ({id, title, text} / FlashRAG {id, contents})",
-    )
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="optional LLM judge endpoint")
     overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
     repair: bool = Field(
@@ -96,7 +90,9 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
 
     skipped = write_skipped(qset, out)
-    build_cfg, corpus = choose_corpus(cfg, cfg.data, qset.format, needs_retriever(cfg), progress=cfg.progress)
+    build_cfg, corpus = choose_corpus(
+        cfg, cfg.data, qset.format, needs_retriever(cfg), progress=cfg.progress, questions=selected
+    )
     retriever_name = None
     retriever = None
     calls: dict[str, int] = {}

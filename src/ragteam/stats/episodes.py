@@ -179,8 +179,25 @@ def strategy_excluded(episodes: Sequence[Episode]) -> dict[str, Any] | None:
     return out
 
 
+def invalid_acts(ep: Episode) -> tuple[int, int]:
+    """(invalid acts, policy acts) of one episode: an act is invalid when its reply did not parse (the
+    fallback was taken, `action.valid` False)."""
+    acts = ep.policy_nodes()
+    return sum(1 for n in acts if n.action is not None and not n.action.valid), len(acts)
+
+
+def invalid_rate(episodes: Sequence[Episode]) -> float:
+    """THE invalid-act rate, as report.md, metrics.json, PPO's log and `ragteam compare` all give it: invalid
+    acts over all policy acts of the run (pooled; a question with more acts weighs more, as each act is one
+    reply the policy could have got wrong). 0.0 when there is no act."""
+    counts = [invalid_acts(ep) for ep in episodes]
+    total = sum(n for _, n in counts)
+    return sum(k for k, _ in counts) / total if total else 0.0
+
+
 def invalid_action_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
-    """Policy acts and invalid (unparseable, fallback taken) acts, in total and by role, with rates."""
+    """Policy acts and invalid (unparseable, fallback taken) acts, in total and by role, with rates: each
+    rate is `invalid_rate`'s pooled share."""
     acts: Counter[str] = Counter()
     invalid: Counter[str] = Counter()
     for ep in episodes:
@@ -196,7 +213,7 @@ def invalid_action_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
     return {
         "acts": total_acts,
         "invalid": total_invalid,
-        "rate": total_invalid / total_acts if total_acts else 0.0,
+        "rate": invalid_rate(episodes),
         "by_role": by_role,
     }
 

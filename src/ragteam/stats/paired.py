@@ -4,9 +4,10 @@ Two runs' means with separate bootstrap intervals (the eval report) overlap long
 tell them apart: most of a run's variance is in which questions are hard, and that variance is shared when
 both runs answer the same questions. Pairing by question id removes it, so these functions work on the
 per-question differences: a paired bootstrap of the mean difference (any metric) and McNemar's exact test
-(0/1 metrics: only the questions where exactly one run is right carry evidence). Behaviour is paired too: each
-question's share of invalid policy acts (replies its parser could not read), with the bootstrap and an exact
-sign test over the questions whose share changed; training that teaches a format shows there first. A
+(0/1 metrics: only the questions where exactly one run is right carry evidence). Behaviour is paired too: the
+invalid-act rate (replies the parser could not read over all policy acts, pooled, as report.md gives it), its
+interval from resampling the paired questions, and an exact sign test over the questions whose share of
+invalid acts changed; training that teaches a format shows there first. A
 difference short of significance comes with the number of paired questions that would detect it
 (`questions_for_power`): no effect and too few questions read the same in a p-value alone.
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ragteam.rollout.tree import Episode
+from ragteam.stats.episodes import invalid_acts
 from ragteam.stats.scores import episode_scores
 
 PAIRED_METRICS = ("em", "f1", "cover_em")
@@ -127,6 +129,35 @@ def sign_test(a: Sequence[float], b: Sequence[float]) -> dict:
     return {"down": down, "up": up, "p": p}
 
 
+def pooled_bootstrap(
+    a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]], n: int = RESAMPLES, seed: int = SEED
+) -> dict:
+    """Difference b - a of two pooled rates over paired questions, in percent points: each question holds
+    (count, total) per run (invalid acts, policy acts), a run's rate is sum(count) / sum(total) (the rate
+    report.md shows, `stats.episodes.invalid_rate`). Questions are resampled with replacement `n` times
+    (seeded), both runs' pairs together, and each resample's rates recomputed (a ratio estimator: a question
+    with more acts weighs more, in the interval as in the rate); p as in `paired_bootstrap`."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired counts must be non-empty and of one length (got {len(a)} and {len(b)})")
+    ka, na = (np.asarray(x, dtype=np.float64) for x in zip(*a))
+    kb, nb = (np.asarray(x, dtype=np.float64) for x in zip(*b))
+
+    def rate(k: np.ndarray, m: np.ndarray) -> np.ndarray:
+        total = m.sum(axis=-1)
+        return 100.0 * np.divide(k.sum(axis=-1), total, out=np.zeros_like(total), where=total > 0)
+
+    observed = float(rate(kb, nb) - rate(ka, na))
+    idx = np.random.default_rng(seed).integers(0, len(a), size=(n, len(a)))
+    diffs = rate(kb[idx], nb[idx]) - rate(ka[idx], na[idx])
+    lo, hi = np.quantile(diffs, [0.025, 0.975])
+    if abs(observed) <= _ZERO:
+        p = 1.0
+    else:
+        crossed = diffs <= _ZERO if observed > 0 else diffs >= -_ZERO
+        p = min(1.0, 2.0 * float(crossed.mean()))
+    return {"n": len(a), "mean_diff": observed, "ci95": [float(lo), float(hi)], "p": p, "resamples": n}
+
+
 def invalid_share(ep: Episode) -> float | None:
     """Percent of the episode's policy acts whose reply did not parse (`action.valid` False); None when it has
     no policy act (a workflow with nothing to train)."""
@@ -135,6 +166,11 @@ def invalid_share(ep: Episode) -> float | None:
         return None
     bad = sum(1 for n in acts if n.action is not None and not n.action.valid)
     return 100.0 * bad / len(acts)
+
+
+def _pooled(counts: Sequence[tuple[int, int]]) -> float:
+    total = sum(n for _, n in counts)
+    return 100.0 * sum(k for k, _ in counts) / total if total else 0.0
 
 
 def _by_id(episodes: Iterable[Episode]) -> dict[str, Episode]:
@@ -188,6 +224,7 @@ def _row(ep: Episode) -> dict[str, Any]:
     row["failed"] = scores is None
     row["answer"] = "" if scores is None else normalize_answer(ep.answer)
     row["invalid"] = invalid_share(ep)
+    row["invalid_acts"] = invalid_acts(ep)  # (invalid, acts): the pooled rate's parts
     return row
 
 
@@ -222,14 +259,13 @@ def compare_runs(
         }
         if m in BINARY_METRICS:
             out[m]["mcnemar"] = mcnemar([v >= 50.0 for v in va], [v >= 50.0 for v in vb])
-    if any(r["invalid"] is not None for r in ra + rb):  # policy acts to judge: their invalid share, paired
-        va = [r["invalid"] or 0.0 for r in ra]
-        vb = [r["invalid"] or 0.0 for r in rb]
-        out["invalid"] = {
-            "a": float(np.mean(va)),
-            "b": float(np.mean(vb)),
-            "bootstrap": paired_bootstrap(va, vb, n, seed),
-            "sign": sign_test(va, vb),
+    if any(r["invalid"] is not None for r in ra + rb):  # policy acts to judge: their invalid rate, paired
+        ca, cb = [r["invalid_acts"] for r in ra], [r["invalid_acts"] for r in rb]
+        out["invalid"] = {  # the pooled rate of report.md (stats.episodes.invalid_rate), in percent
+            "a": _pooled(ca),
+            "b": _pooled(cb),
+            "bootstrap": pooled_bootstrap(ca, cb, n, seed),
+            "sign": sign_test([r["invalid"] or 0.0 for r in ra], [r["invalid"] or 0.0 for r in rb]),
         }
     fa, fb = values(ra, "f1"), values(rb, "f1")
     counts = {

@@ -1,7 +1,10 @@
 """`ragteam train ppo`'s settings: the run (workflow, models, retriever, rollout), the schedule, PPO's knobs.
 
-Precedence: field defaults < the recipe (`--recipe c3po|mmoa|gym|gym-outcome|c3po-no-tree` or a YAML file) <
-`--config FILE` < flags. Recipes live in `ragteam/train/recipes/` and say where each value comes from.
+Precedence: field defaults < the profile < the recipe (`--recipe c3po|mmoa|gym|gym-outcome|c3po-no-tree` or a
+YAML file) < `--config FILE` < flags. Every packaged recipe names `profile: paper`, so `--recipe c3po` alone
+runs its paper's lengths, candidates, top-k, fusion, last step and corpus (`workflows/profiles.py`); a flag,
+`--profile small` included, wins over any of them. Recipes live in `ragteam/train/recipes/` and say where
+each value comes from.
 """
 
 from __future__ import annotations
@@ -100,8 +103,12 @@ class PPOOptions(LoraFields):
         "about the group size (GRPO update on SmolLM2, groups of 4: 3.5x tokens/s, docs/results.md); sdpa or "
         "eager attention; a batch with no repeated prompt is packed as without it",
     )
-    max_sample_tokens: int = Field(
-        2048, ge=32, description="longest prompt + completion trained on (longer acts are skipped, counted)"
+    max_sample_tokens: int | None = Field(
+        None,
+        ge=32,
+        description="longest prompt + completion trained on (longer acts are skipped, counted by reason); "
+        "default: what the rollout itself allows, --rollout.max-prompt-tokens + --rollout.max-tokens, at "
+        "most the policy's context (`sample_token_limit`), so no act the rollout made is left out for length",
     )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
         "k1", description="per-token KL(pi || ref) estimate in the reward"
@@ -261,6 +268,27 @@ class PPOConfig(TeamConfig):
 SAMPLING_TEMPERATURE = 1.0
 """The training rollouts' temperature when neither a flag nor the recipe sets one: PPO's ratio is a policy
 ratio only for acts sampled from the policy itself (greedy acts give it nothing to compare)."""
+
+def sample_token_limit(cfg: PPOConfig, context: int | None) -> int:
+    """The longest act the rollout can make, prompt and reply: `--rollout.max-prompt-tokens` (or, when
+    prompts are bounded by the model's context only, that `context`) + `--rollout.max-tokens`, at most
+    `context`. Why derived: a fixed limit below it (2048 before) skipped the later, longer acts of every
+    episode under the papers' lengths, so they were never trained. Packing takes rows as wide as the
+    longest sample of a batch, not this limit, so a higher limit costs memory only where such acts exist.
+    `--ppo.max-sample-tokens` set explicitly wins."""
+    if cfg.ppo.max_sample_tokens is not None:
+        return cfg.ppo.max_sample_tokens
+    r = cfg.rollout
+    if r.max_prompt_tokens is None:
+        if context is None:
+            raise ValueError(
+                "--ppo.max-sample-tokens: the policy's context length is unknown and prompts are unbounded "
+                "(--rollout.max-prompt-tokens none): set one of them"
+            )
+        return context
+    total = r.max_prompt_tokens + r.max_tokens  # a role's own cap is lower, never higher
+    return min(total, context) if context is not None else total
+
 
 RECIPES = ("c3po", "mmoa", "gym", "gym-outcome", "c3po-no-tree")
 

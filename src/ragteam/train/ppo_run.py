@@ -26,7 +26,7 @@ from ragteam.train.distributed import SINGLE, Dist, from_env, rank_device, wrap
 from ragteam.train.experience import Sample
 from ragteam.train.losses import KLController, get_policy_loss
 from ragteam.train.meters import RoleMeters
-from ragteam.train.ppo_config import PPOConfig, PPOOptions
+from ragteam.train.ppo_config import PPOConfig, PPOOptions, sample_token_limit
 from ragteam.train.sync import (
     PushLoRAToVLLM,
     PushToCopy,
@@ -181,6 +181,8 @@ def build(cfg: PPOConfig) -> Trainer:
     if not questions:
         raise ValueError(f"{cfg.data}: no training questions at offset {cfg.offset}")
 
+    init = resolve_init(cfg.init)  # before the run folder: a bad --init leaves none behind
+    cfg = with_sample_limit(cfg, init)  # resolved, so config.yaml shows the limit the run uses
     device = resolve_device(cfg.device)
     dist = from_env(device)  # torchrun: one rank of a data-parallel job (train/distributed.py)
     device = rank_device(device, dist)
@@ -199,7 +201,6 @@ def build(cfg: PPOConfig) -> Trainer:
         from ragteam.train.common import checkpoints
 
         resume_from = checkpoints(cfg.out)[-1] if cfg.resume else None
-    init = resolve_init(cfg.init)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     dtype = DTYPES[cfg.policy.dtype]
@@ -223,21 +224,22 @@ def build(cfg: PPOConfig) -> Trainer:
     if cfg.ppo.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
 
+    built = run_corpus(cfg, workflow, qset.format, [*questions, *eval_questions], dist.main)
     if cfg.rollout.workers > 1:  # Ray actors, each with its own copy of the policy (rollout/distributed.py)
         from ragteam.rollout.distributed import RayEngine
 
-        engine = RayEngine.from_config(partial(rollout_engine, cfg, qset.format), cfg.rollout)
+        engine = RayEngine.from_config(partial(rollout_engine, built, qset.format), cfg.rollout)
     elif cfg.policy.backend == "local":  # the trained module itself (FSDP shards it: a whole copy, then)
         module = copy.deepcopy(policy) if shard else policy
         engine = rollout_engine(
-            cfg,
+            built,
             qset.format,
             LocalChatModel.from_model(
                 module, tokenizer, name="policy", max_batch_size=cfg.policy.max_batch_size
             ),
         )
     else:  # a server
-        engine = rollout_engine(cfg, qset.format)
+        engine = rollout_engine(built, qset.format)
     sync = PushToCopy(module) if shard and cfg.policy.backend == "local" else weight_sync(cfg, engine)
 
     model = wrap(ac, dist, cfg.ppo.parallel)  # before the optimizer: FSDP replaces the parameters
@@ -259,6 +261,45 @@ def build(cfg: PPOConfig) -> Trainer:
     trainer.dist, trainer.model, trainer.resume_from = dist, model, resume_from
     trainer.share_prefix = share_prefix
     return trainer
+
+
+def model_context(folder: str | Path) -> int | None:
+    """The context length a model folder's config.json declares (`max_position_embeddings`, GPT-2's
+    `n_positions`), or None when it declares none."""
+    import json
+
+    try:
+        conf = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for node in (conf, conf.get("text_config") or {}):
+        for key in ("max_position_embeddings", "n_positions"):
+            if isinstance(node.get(key), int) and node[key] > 0:
+                return int(node[key])
+    return None
+
+
+def with_sample_limit(cfg: PPOConfig, init: str | Path) -> PPOConfig:
+    """`cfg` with `--ppo.max-sample-tokens` resolved (`ppo_config.sample_token_limit`: the rollout's own
+    prompt and act limits, at most the policy's context)."""
+    limit = sample_token_limit(cfg, model_context(init))
+    if limit == cfg.ppo.max_sample_tokens:
+        return cfg
+    return cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"max_sample_tokens": limit})})
+
+
+def run_corpus(cfg: PPOConfig, workflow: Any, fmt: str | None, questions: list, main: bool) -> PPOConfig:
+    """`cfg` with the index of its corpus (`--corpus`, ragteam.eval.corpus) in `retriever.index`, built once
+    (cached): the training and held-out questions' own paragraphs (distractor), every paragraph of --data
+    and --eval-data (pooled, the recipes'), ... The saved config keeps the choice, not the cache path."""
+    from ragteam.eval.corpus import choose_corpus
+
+    more = [cfg.eval_data] if cfg.eval_data is not None else []
+    needs = "retriever" in getattr(workflow, "needs", ())
+    built, corpus = choose_corpus(cfg, cfg.data, fmt, needs, cfg.progress and main, questions, more)
+    if main and corpus.index is not None:
+        print(f"ppo: corpus: {corpus.name} ({len(corpus.index):,} passages)", file=sys.stderr)
+    return built
 
 
 def shares_prefix(wanted: bool, policy: Any, main: bool) -> bool:

@@ -51,19 +51,43 @@ BASELINE_PAPER: tuple[Setting, ...] = (
 )
 """The baselines (`direct`, `standard-rag`) have no paper of their own: they follow C-3PO's."""
 
+CORPUS_SMALL = Setting(
+    "corpus",
+    "distractor",
+    "ragteam: the run's questions' own paragraphs, gold included (HotpotQA's distractor setting)",
+)
+"""Every workflow's corpus under `small`: each question's gold paragraphs are among what it can retrieve."""
+
+CORPUS_SOURCES = {
+    "c3po": "C-3PO §6.1: the 2018 Wikipedia dump",
+    "mmoa": "MMOA-RAG §5.1.1: candidates retrieved from Wikipedia passages",
+    "gym": "RAG-Gym Appendix E.1: Wikipedia",
+    "baseline": "C-3PO's (§6.1: the 2018 Wikipedia dump), as the baselines follow it",
+}
+
+
+def _corpus_paper(fam: str) -> Setting:
+    return Setting(
+        "corpus",
+        "pooled",
+        f"{CORPUS_SOURCES[fam]}, no passages handed to the team; offline the pooled paragraphs of the "
+        "question file(s) (`pooled+FILE` joins a Wikipedia sample)",
+    )
+
+
 SMALL: dict[str, tuple[Setting, ...]] = {
-    "c3po": c3po.SMALL,
-    "mmoa": mmoa.SMALL,
-    "gym": gym.SMALL,
-    "baseline": BASELINE_SMALL,
+    "c3po": (*c3po.SMALL, CORPUS_SMALL),
+    "mmoa": (*mmoa.SMALL, CORPUS_SMALL),
+    "gym": (*gym.SMALL, CORPUS_SMALL),
+    "baseline": (*BASELINE_SMALL, CORPUS_SMALL),
 }
 """The defaults as they were before profiles: what every config field defaults to."""
 
 PAPER: dict[str, tuple[Setting, ...]] = {
-    "c3po": c3po.PAPER,
-    "mmoa": mmoa.PAPER,
-    "gym": gym.PAPER,
-    "baseline": BASELINE_PAPER,
+    "c3po": (*c3po.PAPER, _corpus_paper("c3po")),
+    "mmoa": (*mmoa.PAPER, _corpus_paper("mmoa")),
+    "gym": (*gym.PAPER, _corpus_paper("gym")),
+    "baseline": (*BASELINE_PAPER, _corpus_paper("baseline")),
 }
 """Each paper's stated values (docs/workflows.md lists them with their sources), from its workflow's package."""
 
