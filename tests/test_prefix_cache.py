@@ -218,3 +218,55 @@ def test_load_weights_empties_the_cache_and_a_zero_budget_turns_it_off(models, t
     assert on.prefix_cache is not None and on.prefix_cache.budget_bytes == 64 * 2**20
     with pytest.raises(ValueError, match="0 MB"):
         on.set_prefix_cache(-1)
+
+
+# ---- through the rollout engine -----------------------------------------------------------------------------------
+
+
+def _parse(text: str):
+    from ragteam.types import Action
+
+    return Action("answer", value=text)
+
+
+class TwoTurns:
+    """A two-act workflow: the second prompt is the first, the policy's reply and a new user message."""
+
+    name = "two-turns"
+
+    def run(self, question):
+        from ragteam.protocol import Act, Answer
+
+        messages = _chat(question.question)
+        first = yield Act("policy", messages, _parse, max_tokens=6)
+        messages = [
+            *messages,
+            {"role": "assistant", "content": first.text},
+            {"role": "user", "content": "Shorter?"},
+        ]
+        second = yield Act("policy", messages, _parse, max_tokens=6)
+        return Answer(second.text)
+
+
+def test_the_engine_sets_the_budget_and_counts_each_run_s_prefill(models):
+    from ragteam.rollout.config import RolloutConfig
+    from ragteam.rollout.engine import Engine
+    from ragteam.types import Question
+
+    on, _ = models
+    questions = [Question(id=str(i), question=q, golden_answers=[]) for i, q in enumerate(["Who?", "Where?"])]
+    runs = {}
+    for mb in (64, 0):
+        cfg = RolloutConfig(group_size=4, temperature=1.0, seed=7, prefix_cache_mb=mb)
+        engine = Engine(on, None, None, cfg)
+        report = engine.run(TwoTurns(), questions)
+        assert (on.prefix_cache is None) == (mb == 0)
+        runs[mb] = (report, engine)
+    (with_cache, engine), (without, engine_off) = runs[64], runs[0]
+    ids = [[n.completion.completion_ids for n in ep.policy_nodes()] for ep in with_cache.episodes]
+    assert ids == [[n.completion.completion_ids for n in ep.policy_nodes()] for ep in without.episodes]
+    policy, policy_off = engine.prefill["policy"], engine_off.prefill["policy"]
+    assert policy["prompt_tokens"] == policy_off["prompt_tokens"] == engine.calls["policy_prompt_tokens"]
+    assert policy["prefill_tokens"] < policy_off["prefill_tokens"] and policy["cached_tokens"] > 0
+    assert policy["prefilled"] == round(policy["prefill_tokens"] / policy["prompt_tokens"], 4)
+    on.set_prefix_cache(64)

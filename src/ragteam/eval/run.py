@@ -22,6 +22,7 @@ from ragteam.eval import plots as plots_mod
 from ragteam.eval.corpus import choose_corpus, corpus_facts
 from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.skipped import write_skipped
+from ragteam.llm.prefix_cache import prefill_summary
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
@@ -136,6 +137,7 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
         offset=cfg.offset,
         retriever=retriever_name,
         engine_calls=calls,
+        prefix_cache=prefill_summary(calls),  # prompt / prefilled / cached tokens by in-process model
         seconds=perf_counter() - t0,
         config=cfg.model_dump(mode="json"),
     )

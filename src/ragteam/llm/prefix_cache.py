@@ -240,3 +240,57 @@ def full_attention(model: Any) -> bool:
     except Exception:  # noqa: BLE001 - an unknown config: run without the cache
         return False
     return all(type(layer) is DynamicLayer for layer in layers)
+
+
+# ---- the engine's per-run counters ------------------------------------------------------------------------------
+
+PREFILL_COUNTERS = ("prompt_tokens", "prefill_tokens", "cached_tokens")
+
+
+def prefill_models(policy: Any, llm: Any, mb: float) -> dict[str, Any]:
+    """The in-process models among a rollout engine's policy and LLM, by role (one entry when both are the
+    same model), their prefix cache set to `mb` MB (`--rollout.prefix-cache-mb`). A server-backed model has
+    none: its server caches (or not) on its own."""
+    out: dict[str, Any] = {}
+    for name, model in (("policy", policy), ("llm", llm)):
+        if model is None or not hasattr(model, "set_prefix_cache") or any(m is model for m in out.values()):
+            continue
+        model.set_prefix_cache(mb)
+        out[name] = model
+    return out
+
+
+def prefill_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Each model's prefill counters now (`prompt_tokens`, `prefill_tokens`, `cached_tokens`)."""
+    return {name: {k: int(m.stats[k]) for k in PREFILL_COUNTERS} for name, m in models.items()}
+
+
+def prefill_delta(
+    models: dict[str, Any], before: dict[str, dict[str, int]], calls: dict[str, int]
+) -> dict[str, dict[str, float]]:
+    """What each model prefilled since `before`, summarized (`prefill_summary`); also added to the engine's
+    `calls` as `policy_prompt_tokens`, `policy_prefill_tokens`, ... so that a run's totals travel with them."""
+    now = prefill_counters(models)
+    out = {}
+    for name, counts in now.items():
+        delta = {k: counts[k] - before[name][k] for k in PREFILL_COUNTERS}
+        for k, v in delta.items():
+            calls[f"{name}_{k}"] = calls.get(f"{name}_{k}", 0) + v
+        out[name] = summary(delta)
+    return out
+
+
+def summary(counts: dict[str, int]) -> dict[str, float]:
+    """Prompt, prefilled and cached tokens and the share of the prompt tokens that was prefilled (1 - the hit
+    rate; counts rows that shared a prompt in one batch as hits too)."""
+    prompt, prefilled = counts["prompt_tokens"], counts["prefill_tokens"]
+    return {**counts, "prefilled": round(prefilled / prompt, 4) if prompt else 0.0}
+
+
+def prefill_summary(calls: dict[str, int]) -> dict[str, dict[str, float]]:
+    """The prefill summaries by role from an engine's `calls` (`prefill_delta`): the eval metrics' view."""
+    out = {}
+    for name in ("policy", "llm"):
+        if f"{name}_prompt_tokens" in calls:
+            out[name] = summary({k: calls[f"{name}_{k}"] for k in PREFILL_COUNTERS})
+    return out

@@ -129,6 +129,13 @@ class RolloutConfig(Config):
         16384, ge=1, description="generated tokens (policy and LLM) on one root-to-leaf path"
     )
     max_concurrent: int = Field(32, ge=1, description="episodes in flight at once")
+    prefix_cache_mb: float = Field(
+        512,
+        ge=0,
+        description="in-process models (policy, LLM): MB of prompt-prefix KV kept in a radix tree, so each "
+        "prompt prefills only what no earlier prompt shares (group members, templates, later turns); "
+        "least recently used first out; emptied when the weights change; 0: off (llm/prefix_cache.py)",
+    )
     workers: int = Field(
         1,
         ge=1,

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from ragteam.depth import depth_rule
 from ragteam.llm.base import ChatModel, Completion, ModelError
+from ragteam.llm.prefix_cache import prefill_counters, prefill_delta, prefill_models
 from ragteam.protocol import Act, Acted, AskLLM, Retrieve, Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.rollout.backends import batch_job
@@ -85,6 +86,7 @@ class Engine:
                 "build one with ragteam.assemble.build.build_scorer"
             )
         self.calls: Counter = Counter()
+        self.prefill: dict[str, dict[str, float]] = {}  # the last run's prefill by role (llm/prefix_cache.py)
 
     # ------------------------------------------------------------------ the loop
 
@@ -107,6 +109,8 @@ class Engine:
             finally:
                 self.config = saved
         t0 = perf_counter()
+        cached = prefill_models(self.policy, self.llm, self.config.prefix_cache_mb)
+        counters = prefill_counters(cached)
         questions = members(questions, self.config.group_size)
         todo = deque(enumerate(questions))
         in_flight: list[LiveEpisode] = []
@@ -141,6 +145,7 @@ class Engine:
         finally:
             pool.shutdown(wait=True)
             bar.close()
+            self.prefill = prefill_delta(cached, counters, self.calls)  # this run's, in-process models only
         return RolloutReport(
             episodes=[done[i] for i in range(len(questions))],
             failed=sum(failures.values()),
