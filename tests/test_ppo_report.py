@@ -123,6 +123,8 @@ def test_a_run_that_trains_nothing_warns_each_iteration_exits_1_and_keeps_its_ro
     assert "saved to" not in err
     rows = [json.loads(x) for x in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["acts"]["trained"] for r in rows] == [0, 0]
+    prefills = [r["prefill"]["policy"] for r in rows]  # the rollout's, by the prefix cache
+    assert all(0 < p["prefill_tokens"] < p["prompt_tokens"] for p in prefills)
     assert all(r["acts"]["skipped"]["too_long"] == r["acts"]["total"] > 0 for r in rows)
     # the rollouts of every 2nd iteration: iteration 2 only, in eval's episodes format
     assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["iteration-2.jsonl"]

@@ -270,3 +270,24 @@ def test_the_engine_sets_the_budget_and_counts_each_run_s_prefill(models):
     assert policy["prefill_tokens"] < policy_off["prefill_tokens"] and policy["cached_tokens"] > 0
     assert policy["prefilled"] == round(policy["prefill_tokens"] / policy["prompt_tokens"], 4)
     on.set_prefix_cache(64)
+
+
+def test_the_ppo_line_says_the_share_of_prompt_tokens_prefilled():
+    from ragteam.train.ppo_log import act_counts, iteration_line
+
+    row = {
+        "iteration": 1,
+        "acts": act_counts(4, {}),
+        "reward": {"f1": 0.4, "cover_em": 0.5},
+        "kl_beta": 0.05,
+        "prefill": {
+            "policy": {
+                "prompt_tokens": 8000,
+                "prefill_tokens": 2000,
+                "cached_tokens": 5000,
+                "prefilled": 0.25,
+            }
+        },
+    }
+    assert "prefilled 0.25 of 8000 prompt tokens" in iteration_line(row, "f1")
+    assert "prefilled" not in iteration_line({**row, "prefill": {}}, "f1")

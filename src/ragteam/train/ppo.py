@@ -430,6 +430,7 @@ def train_ppo(cfg: PPOConfig) -> Path:
 
         with timer("rollout"):
             step.episodes = rollout(trainer, it)
+            step.prefill = dict(getattr(trainer.engine, "prefill", {}))  # before evaluate() runs the engine
             step.generated = sum(
                 len(n.completion.completion_ids or [])
                 for ep in step.episodes for n in ep.policy_nodes() if n.completion is not None

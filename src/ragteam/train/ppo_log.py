@@ -218,6 +218,7 @@ def iteration_row(trainer: Trainer, step: Iteration) -> dict[str, Any]:
         "skipped": step.skipped,
         "generated_tokens": step.generated,
         "generated_tokens_total": trainer.state["generated_tokens"],
+        "prefill": step.prefill,  # prompt, prefilled and cached tokens by in-process model
         "kl_mean": step.kl_mean,
         "kl_beta": trainer.kl.beta,
         "logprob_drift": step.exp.drift if step.exp is not None else None,
@@ -262,6 +263,9 @@ def iteration_line(row: dict[str, Any], credit: str) -> str:
     ]
     if ev:
         parts.append(f"eval f1 {ev['f1']['mean']:.1f}")
+    policy = (row.get("prefill") or {}).get("policy")
+    if policy and policy["prompt_tokens"]:
+        parts.append(f"prefilled {policy['prefilled']:.2f} of {policy['prompt_tokens']} prompt tokens")
     parts.append(" ".join(f"{k} {v:.0f}s" for k, v in row.get("seconds", {}).items()))
     return " | ".join(parts)
 

@@ -116,6 +116,7 @@ class Iteration:
     meters: RoleMeters = field(default_factory=RoleMeters)
     kl_mean: float = 0.0
     eval: dict[str, Any] = field(default_factory=dict)
+    prefill: dict[str, Any] = field(default_factory=dict)  # by model: llm/prefix_cache.py
 
 
 def _lr_factor(cfg: PPOConfig):
