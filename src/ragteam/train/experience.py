@@ -88,7 +88,9 @@ def samples_from_episodes(
 
     Skipped, and counted: nodes the credit function gave no reward (no answer leaf below them), nodes whose
     completion has no token ids (an HTTP backend that did not return them), empty completions, and samples
-    longer than `max_tokens` (they would not fit one packed row).
+    longer than `max_tokens` (`too_long`). The trainer passes `--ppo.max-sample-tokens`, by default the
+    rollout's own prompt + act limit (`ppo_config.sample_token_limit`), so `too_long` counts only acts
+    over a limit the user set below what the rollout makes.
     """
     samples: list[Sample] = []
     skipped: dict[str, int] = {}

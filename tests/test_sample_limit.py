@@ -1,0 +1,32 @@
+"""The PPO sample length limit follows from the rollout's own limits (issue 29 item 5): an act the rollout
+could make is never left out of training for its length by default; an explicit limit still wins and the
+acts over it are counted by reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragteam.llm.tiny import CONTEXT, tiny_model_dir
+from ragteam.train.ppo_config import PPOConfig, sample_token_limit, with_recipe
+from ragteam.train.ppo_run import model_context, with_sample_limit
+
+
+def test_the_limit_is_the_prompt_limit_plus_the_act_limit_within_the_context():
+    paper = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))  # 4096-token prompts, 2048-token acts
+    assert sample_token_limit(paper, 8192) == 4096 + 2048  # what the c3po recipe's fixed 4096 cut short
+    assert sample_token_limit(paper, 4096) == 4096  # never past what the model holds
+    assert sample_token_limit(paper, None) == 6144
+    small = PPOConfig(workflow="mmoa", data="d", out="o")  # prompts bounded by the context only
+    assert sample_token_limit(small, 8192) == 8192
+    with pytest.raises(ValueError, match="context length is unknown"):
+        sample_token_limit(small, None)
+    mine = PPOConfig(workflow="mmoa", data="d", out="o", ppo={"max_sample_tokens": 1024})
+    assert sample_token_limit(mine, 8192) == 1024  # a flag wins
+
+
+def test_the_run_resolves_it_from_the_policys_own_config():
+    folder = tiny_model_dir()
+    assert model_context(folder) == CONTEXT
+    cfg = with_sample_limit(PPOConfig(workflow="mmoa", data="d", out="o"), folder)
+    assert cfg.ppo.max_sample_tokens == CONTEXT  # what config.yaml then records
+    assert model_context(folder.parent / "no-such-model") is None
