@@ -42,7 +42,13 @@ class ModelConfig(Config):
     )
     max_batch_size: int = Field(32, ge=1, description="local backend: most sequences decoded together")
     concurrency: int = Field(16, ge=1, description="openai backend: most requests in flight at once")
-    timeout: float = Field(120.0, gt=0, description="openai backend: seconds per HTTP request")
+    timeout: float = Field(
+        120.0,
+        gt=0,
+        le=86_400,
+        description="openai backend: seconds one HTTP attempt may take, from connecting to the reply's last "
+        "byte; with retries a request takes at most (retries + 1) x timeout + 8 s per retry",
+    )
     retries: int = Field(3, ge=0, description="openai backend: retries on connection errors, 5xx and 429")
     structured_output: Literal["none", "vllm", "vllm-guided", "sglang"] = Field(
         "none",

@@ -6,6 +6,12 @@ fails on a connection error, a timeout, HTTP 429 or 5xx is retried with exponent
 honouring Retry-After); after `retries` retries, or at once on another 4xx, it becomes a `ModelError` naming
 the endpoint. One bad request never raises or sinks the others.
 
+Deadlines. `timeout` bounds each HTTP attempt as a whole, from connecting to the reply's last byte: every
+socket read and write waits at most the time the attempt has left (`DeadlineBackend`), so a server that
+trickles its reply a byte at a time is cut off at the deadline, not kept alive by each byte. A request's
+attempts together take at most `max_call_seconds` = (retries + 1) x timeout + retries x max_backoff. Replies
+are read up to `max_reply_bytes` (64 MB; refused from Content-Length when it says more), never whole first.
+
 `n` samples are asked for with the `n` parameter; when a server returns fewer choices, the missing samples are
 requested one at a time (with seed + j when a seed was given). Usage counts come from the server; with n > 1
 and no token ids the completion tokens are split evenly over the choices (the API reports only their sum).
@@ -70,6 +76,14 @@ import httpx
 
 from ragteam.llm.base import ChatRequest, ChatResult, Completion, ModelError
 from ragteam.llm.constraint import constraint_record
+from ragteam.llm.http_deadline import (
+    MAX_REPLY_BYTES,
+    TRANSFER_HEADERS,
+    ReplyTooLarge,
+    deadline,
+    deadline_transport,
+    read_reply,
+)
 from ragteam.llm.openai_reply import (
     PROMPT_LOGPROBS,
     error_message,
@@ -136,9 +150,16 @@ class OpenAIChatModel:
         api_key: str | None = None,
         logprobs: bool = True,
         structured_output: str = "none",
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
-        if concurrency < 1 or retries < 0 or timeout <= 0:
-            raise ValueError("need concurrency >= 1, retries >= 0 and timeout > 0")
+        from ragteam.config import check_number
+
+        if concurrency < 1 or retries < 0:
+            raise ValueError("need concurrency >= 1 and retries >= 0")
+        check_number("timeout", timeout, 0, 86_400, low_open=True)  # inf: no deadline at all
+        check_number("backoff", backoff, 0, 3600)
+        check_number("max_backoff", max_backoff, 0, 3600)
+        self.max_reply_bytes = int(check_number("max_reply_bytes", max_reply_bytes, 1))
         structured_output_fields(structured_output, "x")  # a ValueError naming the choices if unknown
         self.structured_output = structured_output
         self.base_url = normalize_base_url(base_url)
@@ -169,6 +190,12 @@ class OpenAIChatModel:
         self._pool: ThreadPoolExecutor | None = None
         self._init_lock = threading.Lock()
 
+    @property
+    def max_call_seconds(self) -> float:
+        """The longest one request's HTTP attempts take together: each attempt at most `timeout` (connect to
+        last byte), and a backoff of at most `max_backoff` between two."""
+        return (self.retries + 1) * self.timeout + self.retries * self.max_backoff
+
     # picklable (e.g. to ship to a Ray worker): the client and the pool are rebuilt on first use
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -187,12 +214,13 @@ class OpenAIChatModel:
             if self._client is None:
                 key = self._api_key or os.environ.get(self.api_key_env)
                 headers = {"Authorization": f"Bearer {key}"} if key else {}
+                limits = httpx.Limits(
+                    max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+                )
                 self._client = httpx.Client(
                     headers=headers,
                     timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                    limits=httpx.Limits(
-                        max_connections=self.concurrency, max_keepalive_connections=self.concurrency
-                    ),
+                    transport=deadline_transport(limits=limits),
                 )
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="openai-chat")
             assert self._pool is not None
@@ -320,9 +348,15 @@ class OpenAIChatModel:
             wait: float | None = None
             try:
                 self._count("http_calls")
-                resp = client.post(self.endpoint, json=payload)
-            except httpx.TransportError as e:  # connect / read / write errors and timeouts
+                resp = self._send(client, self.endpoint, payload)
+            except (
+                httpx.TimeoutException
+            ) as e:  # connect, or the reply not whole within the attempt's deadline
+                last = f"{type(e).__name__}: no complete reply within {self.timeout:g} s"
+            except httpx.TransportError as e:  # connect / read / write errors
                 last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            except ReplyTooLarge as e:
+                return ModelError(str(e), where=self.endpoint), None
             else:
                 if resp.status_code == 200:
                     try:
@@ -343,6 +377,16 @@ class OpenAIChatModel:
                 time.sleep(wait if wait is not None and wait <= self.max_backoff else delay)
         message = f"failed after {self.retries + 1} attempts; last error: {last}"
         return ModelError(message, where=self.endpoint), None
+
+    def _send(self, client: httpx.Client, url: str, payload: dict[str, Any]) -> httpx.Response:
+        """POST `payload` and read the reply whole, within `timeout` from the first byte sent to the last
+        received (module docstring) and up to `max_reply_bytes`; the reply, already read."""
+        with deadline(self.timeout), client.stream("POST", url, json=payload) as streamed:
+            body = read_reply(streamed, self.max_reply_bytes)  # decoded: drop what said how it was sent
+            headers = [(k, v) for k, v in streamed.headers.multi_items() if k.lower() not in TRANSFER_HEADERS]
+            return httpx.Response(
+                streamed.status_code, headers=headers, content=body, request=streamed.request
+            )
 
     # ---- a forced prefix the server counted as prompt (vLLM): recorded as completion tokens ---------------
 
@@ -420,8 +464,8 @@ class OpenAIChatModel:
         client, _ = self._resources()
         self._count("tokenize_calls")
         try:
-            resp = client.post(self.tokenize_url, json={"model": self.model, **body})
-        except httpx.TransportError:
+            resp = self._send(client, self.tokenize_url, {"model": self.model, **body})
+        except (httpx.TransportError, ReplyTooLarge):
             return _RETRY
         if resp.status_code >= 500 or resp.status_code in RETRY_STATUS:
             return _RETRY
