@@ -12,6 +12,7 @@ demo questions when no --data is given.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -53,7 +54,12 @@ with warnings.catch_warnings():
             False, description="print the full episode tree as JSON instead of the readable trace"
         )
         prompts: bool = Field(False, description="also print every prompt sent to the policy and the LLM")
-        out: str | None = Field(None, description="also write the episode as JSON to this file")
+        out: str | None = Field(
+            None,
+            description="also write the episode as JSON to this file (an existing file is replaced only if "
+            "it is an episode `ragteam ask` wrote, or with --overwrite)",
+        )
+        overwrite: bool = Field(False, description="let --out replace a file that is not an episode of ask")
         episodes: str | None = Field(
             None,
             description="show the traces of a file of episodes instead of asking (an eval's episodes.jsonl, "
@@ -88,6 +94,42 @@ def resolve_question(cfg: Config) -> tuple[Question, str | None, str | None]:
     return question, cfg.data, cfg.format
 
 
+EPISODE_KEYS = frozenset({"workflow", "question", "status"})  # what marks a file as an episode ask wrote
+MAX_OWN_BYTES = 64_000_000  # a larger file is no episode of one question: not read to find out
+
+
+def check_out_file(out: str, overwrite: bool) -> None:
+    """Refuse `--out FILE` when FILE exists and is not an episode `ragteam ask` wrote (as every folder-writing
+    command refuses a foreign `--out`: `ragteam.outdir`), unless `overwrite`; a folder, a FIFO or a device
+    is refused always. Why: `ask --out` replaced a run's episodes.jsonl without a word."""
+    path = Path(out)
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise ValueError(f"--out {out}: not a regular file (a folder, a pipe or a device); give a file name")
+    if overwrite:
+        return
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path.stat().st_size <= MAX_OWN_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        doc = None
+    own = isinstance(doc, dict) and EPISODE_KEYS <= doc.keys()
+    if not own:
+        raise ValueError(
+            f"--out {out}: the file exists and is not an episode `ragteam ask` wrote; choose another --out, "
+            "or pass --overwrite to replace it"
+        )
+
+
+def write_episode(out: str, episode: dict) -> None:
+    """Write `episode` to `out` through a temporary file beside it, so a crash never leaves half a file."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(episode, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def show_episodes(path: str, question_id: str | None = None, prompts: bool = False) -> list[str]:
     """The readable trace of each episode in the file `path` (of question `question_id` only, when given),
     in file order: a group of K rollouts of one question shows all K. ValueError when none matches."""
@@ -107,6 +149,17 @@ def run(cfg: Config) -> int:
     if cfg.episodes is not None:
         print("\n\n".join(show_episodes(cfg.episodes, cfg.id, cfg.prompts)))
         return 0
+    if cfg.out is None:
+        return _ask(cfg)
+    from ragteam.outdir import file_lock
+
+    check_out_file(cfg.out, cfg.overwrite)  # before any model loads: a refused --out costs nothing
+    with file_lock(cfg.out, "ask"):  # one writer per output (ragteam.outdir)
+        return _ask(cfg)
+
+
+def _ask(cfg: Config) -> int:
+    """Ask the question and print (and write) its episode."""
     question, data, fmt = resolve_question(cfg)
     r = cfg.retriever
     if data is None and r.index is None and r.url is None and needs_retriever(cfg):
@@ -131,10 +184,8 @@ def run(cfg: Config) -> int:
     report = parts.engine.run(parts.workflow, [question], reward=reward)
     episode = report.episodes[0]
     if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(
-            json.dumps(episode.to_dict(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
-        )
+        check_out_file(cfg.out, cfg.overwrite)  # again, under the lock: someone may have written it meanwhile
+        write_episode(cfg.out, episode.to_dict())
     if cfg.json:
         print(json.dumps(episode.to_dict(), ensure_ascii=False, indent=2))
     else:
