@@ -21,6 +21,7 @@ built from Python (not through a config) run on their numeric arguments, with th
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import platform
@@ -216,7 +217,8 @@ def add_config_arguments(
             add_config_arguments(parser, annotation, prefix=f"{dest}.", defaults=default)
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        help_text = (info.description or "").replace("%", "%%")
+        described = _help_from(extra["help_from"]) if extra.get("help_from") else info.description or ""
+        help_text = described.replace("%", "%%")
         if info.is_required() and not extra.get("positional"):
             help_text += " (required)"
         elif default not in (None, "", [], ()) and not extra.get("positional"):
@@ -240,6 +242,14 @@ def add_config_arguments(
         else:
             flag = "--" + dest.replace("_", "-")
             parser.add_argument(flag, dest=dest, **kwargs)
+
+
+def _help_from(target: str) -> str:
+    """A flag's help text from `module:function` (a field's `json_schema_extra={"help_from": ...}`): for
+    texts that list a registry's names, read when the parser is built, so a registry in a module that imports
+    torch is not imported with the config."""
+    module, _, name = target.partition(":")
+    return str(getattr(importlib.import_module(module), name)())
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str = "the config") -> None:

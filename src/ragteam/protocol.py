@@ -64,6 +64,7 @@ __all__ = [
     "Retrieve",
     "Role",
     "Workflow",
+    "team_name",
 ]
 
 # ---------------------------------------------------------------------------------------------- roles
@@ -283,3 +284,12 @@ class Workflow(ABC):
 
 
 ResultOf = Acted | str | list[list[Hit]]
+
+
+def team_name(workflow: Workflow, requested: str) -> str:
+    """A team's one name in metrics.json, report.md, collect's summary, the progress bar, `/health` and the
+    served model id: its class's `name` (`name = "self-ask"`), or `requested` (the `--workflow` value, e.g.
+    `selfask.team:SelfAsk`) when the class keeps the base's placeholder. The server also answers to
+    `requested`, an alias."""
+    name = getattr(workflow, "name", None)
+    return name if isinstance(name, str) and name.strip() and name != Workflow.name else requested

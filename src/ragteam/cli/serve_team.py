@@ -33,7 +33,9 @@ class Config(TeamConfig, ServerConfig):
     )
     format: str | None = Field(None, description="reader format of --data (default: detected from the file)")
     served_name: str | None = Field(
-        None, description="model name clients send and /v1/models lists (default: the --workflow value)"
+        None,
+        description="model name clients send and /v1/models lists (default: the team's name, its class's "
+        "`name`; a --workflow module path is accepted as an alias)",
     )
     max_batch: int | None = Field(
         None,
@@ -62,6 +64,18 @@ class Config(TeamConfig, ServerConfig):
     )
 
 
+def served_names(served_name: str | None, workflow, requested: str) -> tuple[str, tuple[str, ...]]:
+    """The model id a team is served as, and the other names a request may send: --served-name alone when
+    given; else the team's one name (`protocol.team_name`), with the --workflow value as an alias when it
+    differs (`selfask.team:SelfAsk` for a class named `self-ask`)."""
+    from ragteam.protocol import team_name
+
+    if served_name:
+        return served_name, ()
+    name = team_name(workflow, requested)
+    return name, (requested,) if requested != name else ()
+
+
 def run(cfg: Config) -> int:
     from ragteam.assemble.build import build_team, needs_retriever
     from ragteam.eval.corpus import choose_corpus
@@ -79,7 +93,7 @@ def run(cfg: Config) -> int:
             model.max_batch_tokens = cfg.max_batch_tokens
             model.prefill_chunk = cfg.prefill_chunk
     startup = warm_up(parts.engine, say=lambda line: print(line, flush=True))
-    name = cfg.served_name or cfg.workflow
+    name, aliases = served_names(cfg.served_name, parts.workflow, cfg.workflow)
     app = make_app(
         parts.engine,
         parts.workflow,
@@ -92,6 +106,7 @@ def run(cfg: Config) -> int:
         docs=cfg.docs,
         read_timeout=cfg.read_timeout,
         startup=startup,
+        aliases=aliases,
     )
     pieces = [f"policy {cfg.policy.model}" if parts.policy is not None else None]
     pieces.append(f"LLM {cfg.llm.model}" if parts.llm is not None else None)
@@ -102,7 +117,7 @@ def run(cfg: Config) -> int:
         cfg.host,
         cfg.port,
         log_level=cfg.log_level,
-        announce=[f"ragteam: team {cfg.workflow!r} ({team}) as model {name!r}; OpenAI API under /v1"],
+        announce=[f"ragteam: team {name!r} ({team}) as model {name!r}; OpenAI API under /v1"],
         read_timeout=cfg.read_timeout,
         max_connections=cfg.max_connections,
     )

@@ -237,6 +237,14 @@ def _empty_note(summary: dict[str, Any]) -> str | None:
 # ---------------------------------------------------------------------------------------------- command
 
 
+def _team_name(cfg: CollectConfig) -> str:
+    """The collected team's one name (`protocol.team_name`: its class's, else --workflow)."""
+    from ragteam.assemble.build import build_workflow
+    from ragteam.protocol import team_name
+
+    return team_name(build_workflow(cfg.run_config()), cfg.workflow)
+
+
 def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the collection `cfg` describes; write every output into `cfg.out`; the summary."""
     from ragteam.metrics.answer import score_answer
@@ -273,7 +281,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "command": cfg.what,
         "mode": cfg.mode,
-        "workflow": cfg.workflow,
+        "workflow": _team_name(cfg),
         "accept": "(mmoa heuristics)" if cfg.mode == "mmoa" else str(rule),
         "teacher": cfg.teacher_name,
         "corpus": corpus.name,

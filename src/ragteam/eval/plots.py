@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ragteam.eval.report import shows_c3po_depth
+
 
 def _pyplot():
     import matplotlib
@@ -63,9 +65,8 @@ def write_plots(stats: dict[str, Any], out_dir: str | Path) -> list[str]:
     if "strategy" in stats:
         plot_strategy(stats["strategy"], out / "strategy.png")
         names.append("strategy.png")
-    depth = stats.get("tree_depth") or {}
-    if depth.get("n"):  # C-3PO's depth t (Fig. 6): each act, LLM call and the answer on the path
-        plot_histogram(depth, out / "depth.png", "depth t (C-3PO Fig. 6)")
+    if shows_c3po_depth(stats):  # C-3PO's depth t (Fig. 6): each act, LLM call and the answer on the path
+        plot_histogram(stats["tree_depth"], out / "depth.png", "depth t (C-3PO Fig. 6)")
         names.append("depth.png")
     if stats["depth"]["n"]:
         plot_histogram(stats["depth"], out / "policy-acts.png", "policy acts per question")

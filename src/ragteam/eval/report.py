@@ -46,6 +46,13 @@ def _distribution_table(dist: dict[str, Any], label: str) -> str:
     return table([label, "questions", "share"], rows) + f"\n\nmean {_num(dist['mean'])}, max {dist['max']}"
 
 
+def shows_c3po_depth(stats: dict[str, Any]) -> bool:
+    """Whether a run's report has C-3PO's depth t (section and plot): only for the runs whose episodes record
+    C-3PO's strategy (its router's choice), the workflow the section describes; another team's depth t is
+    still in metrics.json (`tree_depth`), and its acts per question are in every report."""
+    return "strategy" in stats and bool(stats.get("tree_depth", {}).get("n"))
+
+
 def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
     """The full `report.md` of one eval: metrics, then each statistics table, then the plots."""
     stats = summary["stats"]
@@ -90,7 +97,7 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
         out += corpus_section(summary["corpus"])
     if "strategy" in stats:
         out += strategy_section(stats["strategy"], stats.get("strategy_excluded"))
-    if stats.get("tree_depth", {}).get("n"):
+    if shows_c3po_depth(stats):
         out += [
             "## Depth (C-3PO's t, Fig. 6)",
             "",

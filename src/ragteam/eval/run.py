@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ragteam.assemble.build import build_retriever, build_team, needs_retriever
+from ragteam.assemble.build import build_retriever, build_team, build_workflow, needs_retriever
 from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.eval import plots as plots_mod
@@ -23,6 +23,7 @@ from ragteam.eval.corpus import choose_corpus, corpus_facts
 from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.skipped import write_skipped
 from ragteam.llm.prefix_cache import prefill_summary
+from ragteam.protocol import team_name
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
@@ -117,7 +118,8 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     episodes = {q.id: recorded[q.id] for q in selected if q.id in recorded}
     judged, judge_info = _judge(cfg.judge, selected, episodes) if cfg.judge.base_url else (None, None)
     rows = question_rows(selected, episodes, score=lambda p, q: score_answer(p, q), judge=judged)
-    summary: dict[str, Any] = {"workflow": cfg.workflow, **aggregate(rows)}
+    name = team_name(build_workflow(cfg), cfg.workflow)  # its class's name (cheap: no model is built)
+    summary: dict[str, Any] = {"workflow": name, **aggregate(rows)}
     summary["stats"] = workflow_stats([episodes[q.id] for q in selected if q.id in episodes])
     if judge_info is not None:
         summary["judge"] = judge_info

@@ -38,7 +38,12 @@ def validation_message(e: Any) -> tuple[str, str | None]:
 
 
 async def read_openai_body(
-    request: Any, body_type: type, served_name: str, max_body_bytes: int, read_timeout: float
+    request: Any,
+    body_type: type,
+    served_name: str,
+    max_body_bytes: int,
+    read_timeout: float,
+    aliases: tuple[str, ...] = (),
 ) -> Any:
     """The request's body as `body_type` (a pydantic model with a `model` field), or the 4xx response that
     says why not: body too large or too slow, not JSON, not an object, a bad field, another model's name."""
@@ -61,7 +66,7 @@ async def read_openai_body(
     except ValidationError as e:
         message, param = validation_message(e)
         return openai_error(400, message, param=param)
-    if body.model is not None and body.model != served_name:
+    if body.model is not None and body.model != served_name and body.model not in aliases:
         from ragteam.config import short_repr
 
         return openai_error(

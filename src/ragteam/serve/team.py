@@ -279,9 +279,11 @@ def make_app(
     read_timeout: float = 30.0,
     keepalive_s: float = 15.0,
     startup: dict[str, float] | None = None,
+    aliases: tuple[str, ...] = (),
 ) -> FastAPI:
     """A FastAPI app answering chat completions with `workflow` run by `engine`; `app.state.batcher` holds the
     batching counters. `max_batch` defaults to the engine's `max_concurrent` (episodes in flight at once).
+    A request's `model` is `served_name` or one of `aliases` (the --workflow module path of a named class).
 
     With `api_key`, every route but /health answers 401 unless the request carries `Authorization: Bearer KEY`.
     A body must arrive within `read_timeout` seconds (408 otherwise); a streamed answer sends a keep-alive
@@ -323,7 +325,9 @@ def make_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        body = await read_openai_body(request, TeamBody, served_name, max_body_bytes, read_timeout)
+        body = await read_openai_body(
+            request, TeamBody, served_name, max_body_bytes, read_timeout, aliases=aliases
+        )
         if isinstance(body, JSONResponse):
             return body
         if body.n != 1:

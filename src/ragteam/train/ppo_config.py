@@ -21,16 +21,15 @@ from ragteam.config import ConfigError
 from ragteam.credit import credit_help
 from ragteam.llm.critic import CriticConfig
 from ragteam.rollout.config import RolloutConfig
-from ragteam.train.advantages import ESTIMATORS
 from ragteam.train.common import LoraFields
-from ragteam.train.losses import POLICY_LOSSES
 from ragteam.train.report import REPORT_TO_HELP, ReportTo
 from ragteam.workflows import profiles
 
 
 def advantage_help() -> str:
-    """`--ppo.advantage`'s description, its names read from the registry (`register_advantage`), each with
-    what it needs: a critic, groups (--rollout.group-size K or forks), or neither."""
+    """`--ppo.advantage`'s help, its names read from the registry (`register_advantage`) when the parser is
+    built, each with what it needs: a critic, groups (--rollout.group-size K or forks), or neither."""
+    from ragteam.train.advantages import ESTIMATORS
 
     def needs(name: str) -> str:
         e = ESTIMATORS[name]
@@ -40,16 +39,28 @@ def advantage_help() -> str:
     return f"advantage estimator (train/advantages.py; register your own with ragteam.register_advantage): {names}"
 
 
+def loss_help() -> str:
+    """`--ppo.loss`'s help, its names read from the registry (`register_policy_loss`)."""
+    from ragteam.train.losses import POLICY_LOSSES
+
+    return f"policy loss (train/losses.py; register your own with ragteam.register_policy_loss): {', '.join(POLICY_LOSSES)}"
+
+
 class PPOOptions(LoraFields):
     """PPO's knobs (`--ppo.*`). Defaults follow MMOA-RAG's Table 2 where it gives a value. With `--ppo.lora`
     the policy trains a LoRA adapter and the KL reference is the same model with the adapter switched off
     (no second copy in memory); a separate critic trains an adapter of its own."""
 
     credit: str = Field("outcome", description=credit_help())
-    advantage: str = Field("gae", description=advantage_help())
+    advantage: str = Field(
+        "gae",
+        description="advantage estimator (train/advantages.py): gae, grpo, drgrpo, rloo, ... (--help lists them)",
+        json_schema_extra={"help_from": "ragteam.train.ppo_config:advantage_help"},
+    )
     loss: str = Field(
         "ppo",
-        description=f"policy loss (train/losses.py): {', '.join(POLICY_LOSSES)} (ppo: the clipped surrogate)",
+        description="policy loss (train/losses.py): ppo, the clipped surrogate (--help lists them)",
+        json_schema_extra={"help_from": "ragteam.train.ppo_config:loss_help"},
     )
     normalize: Literal["none", "global", "role"] = Field(
         "global",
