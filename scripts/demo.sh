@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export RAGTEAM_HOME="${RAGTEAM_HOME:-$PWD/.ragteam}"
+# caches (the converted SmolLM2, indexes): $RAGTEAM_HOME, by default the per-user ~/.cache/ragteam
 exec .venv/bin/ragteam demo "$@"
