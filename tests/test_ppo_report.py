@@ -186,3 +186,35 @@ def test_an_installed_packages_credit_is_in_the_help_and_loads_by_name(tmp_path:
         capture_output=True, text=True, env=env, check=True,
     ).stdout  # fmt: skip
     assert "f1_minus_searches" in loaded
+
+
+# ---- curves --------------------------------------------------------------------------------------------------
+
+
+def test_curves_tick_whole_iterations_and_plot_the_credits_reward() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragteam.train.curves import curves_figure
+
+    def row(i: int) -> dict:
+        reward = {"f1": 0.1 * i, "cover_em": 0.1, "em": 0.0}
+        out = {"iteration": i, "reward": reward, "credit": {"act": -0.5 + i, "episode": 0.0}, "roles": {}}
+        if i == 2:  # evaluated once, after the last iteration: one point, still whole-number ticks
+            out["eval"] = {m: {"mean": 10.0, "ci95": [5.0, 15.0]} for m in ("f1", "cover_em", "em")}
+        return out
+
+    fig = curves_figure([row(1), row(2)])
+    try:
+        fig.canvas.draw()
+        for ax in [a for a in fig.axes if a.has_data()]:  # an empty panel says "not recorded"
+            lo, hi = ax.get_xlim()
+            ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+            assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+        reward = fig.axes[0]
+        assert [line.get_label() for line in reward.get_lines()][0] == "credit (per act)"
+        assert list(reward.get_lines()[0].get_ydata()) == [0.5, 1.5]
+    finally:
+        plt.close(fig)

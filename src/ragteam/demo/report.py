@@ -92,10 +92,12 @@ def _plot_sft(log: list[dict], out: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(5.5, 3.2), dpi=90)
     ax.plot(*zip(*pts), marker=".")
     ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are counts: no 1.5
     ax.set_ylabel("loss (assistant tokens)")
     ax.set_title("supervised warm start", fontsize=10)
     ax.grid(alpha=0.3)
