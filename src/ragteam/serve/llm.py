@@ -50,7 +50,8 @@ for that batch: at most `max_tokens_limit` decoding steps, the operator's cap on
 bound the wait; a request asking for more is refused 400).
 
 Errors are OpenAI-shaped `{"error": {"message", "type", "param"}}`: 400 for bad JSON, bad fields, text that is
-not encodable (a lone surrogate) or a prompt longer than the model's context (`ModelError.bad_request`), 401
+not encodable (a lone surrogate) or a prompt longer than the model's context (decided before the model thread
+sees it when it is long: `ragteam.serve.llm_prompt`; else `ModelError.bad_request`), 401
 without the API key (`api_key`), 404 for an unknown model name, 408 for a body that does not arrive in time,
 413 for an oversize body (refused from its Content-Length, before reading it) or a request that runs out of
 memory decoding alone (`ModelError.too_large`, the message naming its tokens and the batch budget), 500 when
@@ -87,6 +88,7 @@ from ragteam.serve.guard import (
     until_disconnect,
 )
 from ragteam.serve.llm_logprobs import TopK, choice_logprobs, top_k_scorer
+from ragteam.serve.llm_prompt import PromptGuard
 from ragteam.serve.llm_request import ChatCompletionBody, forced_prefix, structured_output
 from ragteam.serve.openai_api import openai_app, openai_error, read_openai_body
 
@@ -216,6 +218,7 @@ def make_app(
     created = int(time.time())
     tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none
     scorer = top_k_scorer(model)  # top_logprobs > 0: a forward pass over the local model; None otherwise
+    guard = PromptGuard.for_model(model)  # a prompt too long for the context: refused before the model thread
 
     app = openai_app(f"ragteam LLM server: {served_name}", batcher, served_name, docs, api_key)
 
@@ -230,6 +233,7 @@ def make_app(
             "max_batch_seen": batcher.max_batch_seen,
             "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
             "max_batch_tokens": getattr(model, "max_batch_tokens", None),  # the decoder's budget; None: none
+            "prompt_guard": None if guard is None else {"tokenized": guard.tokenized, "refused": guard.refused},
         }
 
     @app.get("/v1/models")
@@ -296,6 +300,8 @@ def make_app(
         prefix = forced_prefix(body, messages)
         if isinstance(prefix, JSONResponse):
             return prefix
+        if guard is not None and (long := await guard.problem([m["content"] for m in messages] + [prefix])):
+            return openai_error(400, f"cannot serve this request: {long}", param="messages")
         constraint = structured_output(body, model)
         if isinstance(constraint, JSONResponse):
             return constraint
