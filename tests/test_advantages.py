@@ -11,13 +11,15 @@ from tensor_helpers import t
 
 from ragteam.train.advantages import (
     ESTIMATORS,
+    LeafTable,
     gae,
     get_advantage,
     group_center,
     normalize,
     register_advantage,
 )
-from ragteam.train.experience import Sample, group_ids, informative
+from ragteam.train.experience import Sample
+from ragteam.train.groups import group_ids, informative
 
 # The expected values below are worked out by hand to 4-6 decimals: compare within 1e-4.
 close = partial(tensor_helpers.close, atol=1e-4)
@@ -73,7 +75,9 @@ def test_gae_has_no_gradient_and_is_registered_with_a_critic():
     adv, ret = gae(t(REWARDS), t(MASK), v)
     assert not adv.requires_grad and not ret.requires_grad
     assert get_advantage("gae").fn is gae and get_advantage("gae").critic
-    assert not any(ESTIMATORS[n].critic for n in ("grpo", "drgrpo", "rloo", "reinforce_pp", "tree"))
+    assert not any(
+        ESTIMATORS[n].critic for n in ("grpo", "drgrpo", "rloo", "reinforce_pp", "tree_grpo", "sibling")
+    )
     with pytest.raises(ValueError, match="needs a critic"):
         gae(t(REWARDS), t(MASK), None)
 
@@ -115,15 +119,27 @@ def test_reinforce_pp_whitens_the_return_to_go_over_the_batch():
     close(adv, [[1.0, 1.0], [-1.0, -1.0]])  # mean 0.5, population std 0.5
 
 
-def test_tree_adds_the_sibling_term_to_the_group_term():
-    # one question, one role; acts 0 and 1 are the two branches of a fork, acts 2 and 3 of another
+def test_sibling_adds_the_fork_term_to_the_episode_group_term():
+    # one question, one role, two episodes; acts 0 and 1 are the two branches of a fork in episode 0, acts 2
+    # and 3 of a fork in episode 1
     scores = t([[1.0], [0.0], [1.0], [1.0]])
-    adv, _ = get_advantage("tree").fn(
-        scores, t([[1]] * 4), None, torch.tensor([0, 0, 0, 0]), siblings=torch.tensor([0, 0, 1, 1])
+    adv, _ = get_advantage("sibling").fn(
+        scores,
+        t([[1]] * 4),
+        None,
+        torch.tensor([0, 0, 0, 0]),
+        siblings=torch.tensor([0, 0, 1, 1]),
+        episodes=torch.tensor([0, 0, 1, 1]),
     )
-    # group: mean 0.75, var (0.0625 + 0.5625 + 0.0625 + 0.0625) / 3 = 0.25, std 0.5 -> 0.5, -1.5, 0.5, 0.5
-    # fork 0: 1 vs 0, mean 0.5, std sqrt(0.5) -> +-0.7071 ; fork 1 tied -> 0
-    close(adv, [[1.2071], [-2.2071], [0.5], [0.5]])
+    # group: episode scores 0.5 and 1, mean 0.75, std sqrt(2 * 0.0625) = 0.35355 -> acts: 0.25/0.35355 =
+    # 0.7071, -2.1213, 0.7071, 0.7071 ; fork 0: 1 vs 0, mean 0.5, std sqrt(0.5) -> +-0.7071 ; fork 1 tied -> 0
+    close(adv, [[1.4142], [-2.8284], [0.7071], [0.7071]])
+    # one episode (no group term): the forced siblings of one fork get the fork term alone
+    alone, _ = get_advantage("sibling").fn(
+        scores[:2], t([[1]] * 2), None, torch.tensor([0, 0]), siblings=torch.tensor([0, 0]),
+        episodes=torch.tensor([0, 0]),
+    )  # fmt: skip
+    close(alone, [[0.7071], [-0.7071]])
 
 
 def test_per_role_normalisation_puts_every_role_on_one_scale():
@@ -146,10 +162,12 @@ def test_group_ids_name_the_question_groups_and_the_forks():
         sample("r", "r", "router", None),
         sample("r", "r", "router", None),
     ]
-    index, siblings, roles = group_ids(samples)
-    assert index.tolist() == [0, 0, 1, 2, 2, 2]
-    assert siblings.tolist() == [-1, -1, -1, 3, 3, 3]  # one episode's children of one parent
-    assert roles.tolist() == [0, 0, 1, 2, 2, 2]
+    ids = group_ids(samples)
+    assert ids.index.tolist() == [0, 0, 1, 2, 2, 2]
+    assert ids.siblings.tolist() == [-1, -1, -1, 3, 3, 3]  # one episode's children of one parent
+    assert ids.roles.tolist() == [0, 0, 1, 2, 2, 2]
+    assert ids.episodes.tolist() == [0, 1, 0, 2, 2, 2]
+    assert ids.leaves.member.shape == (6, 0)  # no sample recorded its leaves
 
 
 def test_registry_errors():
@@ -157,6 +175,8 @@ def test_registry_errors():
         get_advantage("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_advantage("gae")(gae)
+    with pytest.raises(ValueError, match="renamed.*tree_grpo.*sibling"):
+        get_advantage("tree")
 
 
 def test_groups_that_scored_alike_are_uninformative_unless_their_fork_differs():
@@ -183,9 +203,24 @@ def test_every_estimator_computes_on_its_inputs_device(name: str):
     rewards = t([[0.0, 1.0], [0.0, 0.0], [1.0, 0.5], [0.0, 0.2]])
     mask, values = t([[1, 1]] * 4), t([[0.1, 0.2]] * 4)
     index, siblings = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 0, -1, -1])
+    episodes = torch.tensor([0, 1, 2, 2])
+    leaves = LeafTable(
+        t([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1]]).float(),
+        torch.tensor([1.0, 0.0, 0.5]),
+        torch.tensor([0, 1, 2]),
+        torch.tensor([0, 0, 1]),
+    )
     with torch.device("meta"):
         adv, ret = get_advantage(name).fn(
-            rewards, mask, values, index, siblings=siblings, gamma=1.0, lam=0.95
+            rewards,
+            mask,
+            values,
+            index,
+            siblings=siblings,
+            episodes=episodes,
+            leaves=leaves,
+            gamma=1.0,
+            lam=0.95,
         )
         whitened = normalize(adv, mask, torch.tensor([0, 1, 0, 1], device="cpu"), "role")
     assert adv.device.type == ret.device.type == whitened.device.type == "cpu"

@@ -27,12 +27,17 @@ ITERATIONS = 12  # rollouts (each followed by one update of 2 epochs x ~4 miniba
 
 
 def even_first_token(episode: Episode, reward: Any) -> dict[int, float]:
-    """1 for an act whose first completion token has an even id, else 0 (the reward is the act's own)."""
+    """1 for an act whose first completion token has an even id, else 0 (the reward is the act's own). The
+    act's answer leaf gets the same reward under the metric's name, which is what tree_grpo reads (each
+    leaf trajectory is one act here)."""
     out = {}
     for node in episode.policy_nodes():
         ids = node.completion.completion_ids if node.completion is not None else None
         if ids:
             out[node.id] = 1.0 if ids[0] % 2 == 0 else 0.0
+            for leaf in episode.children(node.id):
+                if leaf.kind == "answer":
+                    leaf.rewards[reward] = out[node.id]
     return out
 
 
@@ -55,7 +60,9 @@ class Say:
 def reward_curve(data: Path, out: Path, estimator: str, bf16: bool = False) -> list[float]:
     from ragteam.train import ppo
 
-    group = 1 if not get_advantage(estimator).groups else 4
+    est = get_advantage(estimator)
+    # tree estimators: 2 trees per question, each act forked in 2 (a tree of two leaf trajectories)
+    group, forks = (2, [2]) if est.forks else (4 if est.groups else 1, [])
     cfg = with_recipe(
         PPOConfig.model_validate(
             {
@@ -65,12 +72,12 @@ def reward_curve(data: Path, out: Path, estimator: str, bf16: bool = False) -> l
                 "init": "tiny",
                 "limit": 16,
                 "iterations": ITERATIONS,
-                "questions_per_iteration": 32 // group,
+                "questions_per_iteration": 32 // (group * (forks or [1])[0]),
                 "variant": "s-g",
                 "retriever": {"kind": "bm25"},
                 "progress": False,
                 "tensorboard": False,
-                "rollout": {"group_size": group, "top_p": 1.0},
+                "rollout": {"group_size": group, "top_p": 1.0, "forks": forks},
                 "ppo": {
                     "advantage": estimator,
                     "credit": "test_even_first_token",
@@ -107,7 +114,9 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(ESTIMATORS, "test_flipped", Estimator(flipped, groups=True))
 
 
-@pytest.mark.parametrize("estimator", ["gae", "grpo", "drgrpo", "rloo", "reinforce_pp", "tree"])
+@pytest.mark.parametrize(
+    "estimator", ["gae", "grpo", "drgrpo", "rloo", "reinforce_pp", "tree_grpo", "sibling"]
+)
 def test_every_estimator_learns_an_obvious_reward(estimator: str, hotpot_small: Path, tmp_path: Path) -> None:
     curve = reward_curve(hotpot_small, tmp_path / "out", estimator)
     start, end = curve[0], sum(curve[-2:]) / 2

@@ -610,7 +610,7 @@ def test_trained_computes_the_group_ids_once_for_the_kept_samples() -> None:
     from types import SimpleNamespace
 
     from ragteam.train import ppo
-    from ragteam.train.experience import group_ids
+    from ragteam.train.groups import group_ids
 
     def sample(episode: str, group: str, reward: float, parent: int | None = None) -> Sample:
         return Sample(episode, 0, "actor", [1], [2], reward, group=group, parent=parent)
@@ -621,7 +621,7 @@ def test_trained_computes_the_group_ids_once_for_the_kept_samples() -> None:
         sample("c", "c", 0.0, parent=4), sample("c", "c", 1.0, parent=4),  # a fork that differs: kept
         sample("d", "d", 1.0, parent=2), sample("d", "d", 1.0, parent=2),  # a fork alike: dropped
     ]  # fmt: skip
-    opts = SimpleNamespace(train_roles=[], skip_uninformative=True, advantage="tree")
+    opts = SimpleNamespace(train_roles=[], skip_uninformative=True, advantage="sibling")
     skipped: dict[str, int] = {}
     kept, ids = ppo.trained(SimpleNamespace(cfg=SimpleNamespace(ppo=opts)), samples, skipped)
     assert [s.episode for s in kept] == ["a#0", "a#1", "c", "c"] and skipped == {"uninformative_group": 4}
@@ -629,8 +629,9 @@ def test_trained_computes_the_group_ids_once_for_the_kept_samples() -> None:
     def partition(x: torch.Tensor) -> list[list[bool]]:
         return [[bool(a == b and a >= 0) for b in x.tolist()] for a in x.tolist()]
 
-    for got, want in zip(ids, group_ids(kept)):
-        assert partition(got) == partition(want)
+    want = group_ids(kept)
+    for name in ("index", "siblings", "roles", "episodes"):
+        assert partition(getattr(ids, name)) == partition(getattr(want, name))
 
 
 def test_target_kl_stops_the_update_once_the_policy_has_moved(hotpot_small: Path, tmp_path: Path) -> None:
@@ -648,7 +649,7 @@ def test_target_kl_stops_the_update_once_the_policy_has_moved(hotpot_small: Path
 
 def test_the_value_loss_setting_reaches_the_update(tiny_run, monkeypatch) -> None:
     """`--ppo.value-loss mse` (C-3PO eq. 10) is the loss the update trains and logs: no token clipped."""
-    from ragteam.train import losses, ppo
+    from ragteam.train import losses, ppo, ppo_learn
 
     run, _, samples, _ = tiny_run
     kinds: list[str] = []
@@ -657,7 +658,7 @@ def test_the_value_loss_setting_reaches_the_update(tiny_run, monkeypatch) -> Non
         kinds.append(kwargs.get("kind", "clipped"))
         return losses.value_loss(*args, **kwargs)
 
-    monkeypatch.setattr(ppo, "value_loss", spy)
+    monkeypatch.setattr(ppo_learn, "value_loss", spy)  # the update phase computes it
     exp = ppo.advantages(run, samples)
     before = run.cfg.ppo
     run.cfg.ppo = before.model_copy(update={"value_loss": "mse", "value_clip": 1e-6})

@@ -180,7 +180,7 @@ def test_a_tiny_grpo_run_with_shared_prompts_finishes(
     do share prompts (the group's first acts), so they cost fewer tokens than unshared."""
     from test_ppo import tiny_cfg
 
-    from ragteam.train import ppo
+    from ragteam.train import ppo, ppo_learn
     from ragteam.train.ppo_config import with_recipe
 
     packed: list[tuple[int, int]] = []  # (tokens shared, tokens unshared) of every packed batch
@@ -190,7 +190,7 @@ def test_a_tiny_grpo_run_with_shared_prompts_finishes(
         packed.append((packed_tokens(samples, True), packed_tokens(samples)))
         return pack_samples(samples, *a, share_prefix=share_prefix, **kw)
 
-    monkeypatch.setattr(ppo, "pack_samples", spy)
+    monkeypatch.setattr(ppo_learn, "pack_samples", spy)  # the advantage and update phases pack
     base = tiny_cfg(hotpot_small, tmp_path)
     cfg = with_recipe(
         tiny_cfg(

@@ -37,6 +37,7 @@ __all__ = [
     "CreditFn",
     "RewardOf",
     "get_credit",
+    "leaf_outcomes",
     "leaf_reward",
     "leaves_below",
     "mmoa",
@@ -171,6 +172,20 @@ def leaves_below(episode: Episode) -> dict[int, list[Node]]:
                 (lf for c in kids.get(node.id, []) for lf in below[c.id]), key=lambda x: x.id
             )
     return {n.id: below.get(n.id, []) for n in episode.nodes if n.kind == "policy"}
+
+
+def leaf_outcomes(episode: Episode, reward: RewardOf) -> dict[int, dict[int, float]] | None:
+    """For every policy node id, the answer leaves below it and their rewards ({leaf id: reward}): the leaf
+    trajectories that pass through the act, which Tree-GRPO scores (`train/advantages.tree_grpo`). None when
+    a leaf cannot be read under `reward` (an `ok` leaf without that metric: a credit function of its own may
+    not need it; an estimator that does says so)."""
+    try:
+        return {
+            node_id: {lf.id: leaf_reward(lf, reward) for lf in leaves}
+            for node_id, leaves in leaves_below(episode).items()
+        }
+    except (KeyError, TypeError):
+        return None
 
 
 def _mean_leaf_reward(episode: Episode, reward: RewardOf) -> dict[int, float]:

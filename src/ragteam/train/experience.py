@@ -25,28 +25,28 @@ Constrained acts (MMOA-RAG's Selector, `ragteam.llm.constraint`): a completion t
 token whitelist (`Completion.constraint["allowed_ids"]`) is scored under the same whitelist, so the trainer's
 log-probs are those of the masked policy that sampled it (`Sample.allowed_ids`, `Packed.allowed`; the
 scorer masks the logits, `ragteam.train.actor_critic.completion_logprobs`). A completion constrained by a
-server's grammar without its whitelist (vLLM, SGLang: their log-probs are the raw model's) is scored
-unmasked, as its log-probs were recorded.
+server's grammar without its whitelist (vLLM, SGLang: their log-probs are the raw model's) is scored under
+the whitelist its regex spells (`constraint.whitelist_texts`), tokenized by the trainer's tokenizer
+(`train/constrained.py`): it was sampled from the constrained policy, so its old and new log-probs are those of
+the masked one too (only the rollout-drift statistic, which compares with the server's raw log-probs, sees
+the difference).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ragteam.credit import CreditFn, RewardOf
+from ragteam.credit import CreditFn, RewardOf, leaf_outcomes
 from ragteam.rollout.groups import group_of
 from ragteam.rollout.tree import Episode
 
 __all__ = [
-    "GroupIds",
     "Packed",
     "Sample",
-    "group_ids",
     "micro_batches",
     "minibatches",
     "pack_samples",
@@ -75,6 +75,8 @@ class Sample:
     parent: int | None = None  # its parent node: acts with one parent in one episode are siblings (a fork)
     temperature: float = 1.0  # the temperature it was sampled at (log-probs are scored at it)
     allowed_ids: list[int] | None = None  # the token whitelist it was decoded under (None: unconstrained)
+    outcomes: dict[int, float] | None = None  # the answer leaves below it: leaf node id -> reward (Tree-GRPO)
+    constraint: dict | None = None  # what constrained its decoding (`Completion.constraint`), None: nothing
 
     @property
     def length(self) -> int:
@@ -100,6 +102,7 @@ def samples_from_episodes(
 
     for ep in episodes:
         credited = credit(ep, reward)
+        below = leaf_outcomes(ep, reward)
         for node in ep.policy_nodes():
             if node.id not in credited:
                 skip("no_credit")
@@ -126,6 +129,8 @@ def samples_from_episodes(
                 parent=node.parent,
                 temperature=float((node.sampling or {}).get("temperature") or 1.0),
                 allowed_ids=_allowed_ids(c.constraint, c.completion_ids),
+                outcomes=below.get(node.id) if below is not None else None,
+                constraint=c.constraint,
             )
             if max_tokens is not None and s.length > max_tokens:
                 skip("too_long")
@@ -141,51 +146,6 @@ def _allowed_ids(constraint: dict | None, completion_ids: list[int]) -> list[int
     if not allowed:
         return None
     return sorted({int(i) for i in allowed} | set(completion_ids))
-
-
-class GroupIds(NamedTuple):
-    """The ids the advantage estimators and the per-role normalisation read, each [B] long: `index` (one
-    question group and role), `siblings` (one parent node, episode and role; -1 for an act with no sibling:
-    nothing forked there) and `roles` (one role)."""
-
-    index: Tensor
-    siblings: Tensor
-    roles: Tensor
-
-
-def group_ids(samples: Sequence[Sample]) -> GroupIds:
-    """The samples' `GroupIds`, numbered in order of first appearance."""
-
-    def ids(keys: list) -> Tensor:
-        table: dict = {}
-        return torch.tensor([table.setdefault(k, len(table)) for k in keys], dtype=torch.long)
-
-    index = ids([(s.group, s.role) for s in samples])
-    fork = ids([(s.episode, s.parent, s.role) for s in samples])
-    size = torch.bincount(fork)
-    siblings = torch.where(size[fork] > 1, fork, torch.full_like(fork, -1))
-    return GroupIds(index, siblings, ids([s.role for s in samples]))
-
-
-def informative(samples: Sequence[Sample], ids: GroupIds | None = None) -> list[bool]:
-    """Per sample: does a group baseline learn anything from it? True when the other samples of its
-    question group, or of its fork, were credited differently. A group whose samples all scored alike gets
-    advantage 0 from every group estimator (so no gradient), and GRPO's division by the group's std would
-    blow tiny KL differences up to +-1: DAPO's dynamic sampling drops such groups before the update. `ids`:
-    the samples' `group_ids`, when the caller has them already."""
-    index, siblings, _ = ids if ids is not None else group_ids(samples)
-    spread: dict[tuple[str, int], tuple[float, float]] = {}
-    for kind, of in (("q", index), ("f", siblings)):
-        for s, g in zip(samples, of.tolist()):
-            if g >= 0:
-                lo, hi = spread.get((kind, g), (s.reward, s.reward))
-                spread[(kind, g)] = (min(lo, s.reward), max(hi, s.reward))
-
-    def differs(kind: str, g: int) -> bool:
-        lo, hi = spread.get((kind, g), (0.0, 0.0))
-        return g >= 0 and hi > lo
-
-    return [differs("q", q) or differs("f", f) for q, f in zip(index.tolist(), siblings.tolist())]
 
 
 @dataclass

@@ -275,7 +275,11 @@ class KLController:
       beta *= 1 + e * n_steps / horizon (beta grows when the policy drifts past the target KL).
     - linear anneal (`anneal_to`, `anneal_steps`): beta goes from its initial value to `anneal_to` over
       `anneal_steps` steps, then stays (MMOA-RAG's Table 2 gives beta 0.2 .. 0.06; its schedule is not
-      published, a linear anneal is one reading).
+      published, a linear anneal is one reading). The trainer updates once after each iteration with
+      `anneal_steps` = iterations - 1, so the first iteration runs at the initial beta and the last at
+      `anneal_to` (`ppo_run.anneal_steps`).
+    Where beta applies: as -beta * KL in the token rewards (`token_rewards`, `--ppo.kl-in reward`) or as
+    beta * KL in the loss (`--ppo.kl-in loss`, DeepSeekMath's GRPO); the controller is the same for both.
     `n_steps` counts samples (or whatever unit `horizon` and `anneal_steps` are in).
     """
 
@@ -306,12 +310,21 @@ class KLController:
     def _clamp(self, beta: float) -> float:
         return min(max(beta, self.beta_min), self.beta_max)
 
+    def current(self) -> float:
+        """The scheduled beta at the current step, for the modes that have a schedule (fixed: the initial
+        value; anneal: the linear point); the adaptive beta is state, returned as it is."""
+        if self.anneal_to is not None:
+            frac = min(1.0, self.steps / self.anneal_steps)
+            return self._clamp(self.beta_start + (self.anneal_to - self.beta_start) * frac)
+        if self.target is not None:
+            return self.beta
+        return self._clamp(self.beta_start)
+
     def update(self, observed_kl: float, n_steps: int) -> float:
         """Advance by `n_steps` having observed mean KL `observed_kl`; returns the new beta."""
         self.steps += n_steps
         if self.anneal_to is not None:
-            frac = min(1.0, self.steps / self.anneal_steps)
-            self.beta = self._clamp(self.beta_start + (self.anneal_to - self.beta_start) * frac)
+            self.beta = self.current()
         elif self.target is not None:
             err = min(max(observed_kl / self.target - 1.0, -0.2), 0.2)
             self.beta = self._clamp(self.beta * (1.0 + err * n_steps / self.horizon))

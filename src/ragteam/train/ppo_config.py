@@ -62,10 +62,18 @@ class PPOOptions(LoraFields):
         description="policy loss (train/losses.py): ppo, the clipped surrogate (--help lists them)",
         json_schema_extra={"help_from": "ragteam.train.ppo_config:loss_help"},
     )
-    normalize: Literal["none", "global", "role"] = Field(
-        "global",
+    normalize: Literal["auto", "none", "global", "role"] = Field(
+        "auto",
         description="whiten advantages over the iteration's trained tokens (global), over each role's own "
-        "tokens (role: one shared policy, roles of different reward scales), or not at all (none)",
+        "tokens (role: one shared policy, roles of different reward scales), or not at all (none); auto: "
+        "global for gae, none for the others (group-normalised advantages are not whitened twice, as in "
+        "verl and OpenRLHF; reinforce_pp whitens its own)",
+    )
+    kl_in: Literal["auto", "loss", "reward"] = Field(
+        "auto",
+        description="where the KL to the reference goes: reward (-beta * KL at every token, InstructGPT, "
+        "both papers' PPO, REINFORCE++) or loss (beta * --ppo.kl-loss-estimator in the loss, DeepSeekMath's "
+        "GRPO); auto: reward for gae and reinforce_pp, loss for the critic-free group estimators",
     )
     skip_uninformative: bool = Field(
         True,
@@ -122,7 +130,11 @@ class PPOOptions(LoraFields):
         "most the policy's context (`sample_token_limit`), so no act the rollout made is left out for length",
     )
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k1", description="per-token KL(pi || ref) estimate in the reward"
+        "k1", description="per-token KL(pi || ref) estimate in the reward (and the logged KL)"
+    )
+    kl_loss_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
+        "k3",
+        description="per-token KL(pi || ref) estimate of the loss term (--ppo.kl-in loss; k3: DeepSeekMath)",
     )
     kl_beta: float = Field(0.05, ge=0, description="KL coefficient beta (initial value)")
     kl_beta_min: float = Field(0.0, ge=0, description="lower bound of beta")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ragteam.rollout.tree import Episode
 from ragteam.train.ppo_run import Trainer
 
-__all__ = ["judge_leaves", "score_acts"]
+__all__ = ["judge_leaves", "score_acts", "unscorable"]
 
 
 def judge_leaves(trainer: Trainer, episodes: list[Episode]) -> None:
@@ -33,12 +33,28 @@ def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
     """`--ppo.process-reward critic` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
     `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
     the critic scores candidates at inference (`CriticScorer`), in one batched call per iteration; the
-    `process` credit then gives each act its own score."""
+    `process` credit then gives each act its own score.
+
+    One reward scale per run: every act is scored by the model, or the iteration fails. An act without its
+    prompt (`messages`) cannot be scored, and the `process` credit would give it the answer's F1 instead, on
+    another scale than the model's logits: it is refused, naming the act (`unscorable`)."""
     from ragteam.llm.critic import CriticModel
 
+    missing = unscorable(episodes)
+    if missing:
+        raise ValueError(
+            f"--ppo.process-reward critic scores every act by its prompt and reply; {len(missing)} acts have "
+            f"no prompt recorded ({', '.join(missing[:5])}), and crediting them by the answer's reward would "
+            "mix two scales in one run"
+        )
     if trainer.prm is None:
         trainer.prm = CriticModel.from_config(trainer.cfg.critic)
-    acts = [n for ep in episodes for n in ep.policy_nodes() if n.messages is not None]
+    acts = [n for ep in episodes for n in ep.policy_nodes()]
     scores = trainer.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
     for node, value in zip(acts, scores):
         node.score = float(value)
+
+
+def unscorable(episodes: list[Episode]) -> list[str]:
+    """The policy acts a process reward model cannot score (no prompt recorded), as `episode/node (role)`."""
+    return [f"{ep.id}/{n.id} ({n.role})" for ep in episodes for n in ep.policy_nodes() if n.messages is None]

@@ -172,6 +172,7 @@ def build(cfg: PPOConfig) -> Trainer:
     from ragteam.config import save_resolved
     from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
     from ragteam.train.common import prepare_out_dir, resolve_init
+    from ragteam.workflows.registry import workflow_package
 
     workflow = build_workflow(cfg)
     estimator = check(cfg, workflow)  # a setting that cannot learn fails before any model loads
@@ -196,7 +197,7 @@ def build(cfg: PPOConfig) -> Trainer:
         raise ValueError("under torchrun every rank rolls out its share itself: drop --rollout.workers")
     if dist.main:  # rank 0 alone writes the output folder
         resume_from = prepare_out_dir(cfg)  # type: ignore[arg-type]  (duck-typed: .out, .resume)
-        save_resolved(cfg, cfg.out, "train ppo")
+        save_resolved(cfg, cfg.out, "train ppo", team=workflow_package(cfg.workflow))
     dist.barrier()
     if not dist.main:
         from ragteam.train.common import checkpoints
@@ -253,7 +254,7 @@ def build(cfg: PPOConfig) -> Trainer:
         beta_min=cfg.ppo.kl_beta_min,
         beta_max=cfg.ppo.kl_beta_max,
         anneal_to=cfg.ppo.kl_anneal_to,
-        anneal_steps=cfg.iterations if cfg.ppo.kl_anneal_to is not None else 0,
+        anneal_steps=anneal_steps(cfg),
     )
     trainer = Trainer(
         cfg, Path(cfg.out), workflow, engine, tokenizer, ac, ref, optimizer, scheduler, kl,
@@ -303,6 +304,15 @@ def run_corpus(cfg: PPOConfig, workflow: Any, fmt: str | None, questions: list, 
     return built
 
 
+def anneal_steps(cfg: PPOConfig) -> int:
+    """The KL anneal's length in controller steps (one per iteration, taken after it): iterations - 1, so
+    that the first iteration runs at --ppo.kl-beta and the last one at --ppo.kl-anneal-to (MMOA-RAG's
+    beta_max .. beta_min); 0 without an anneal. A one-iteration run stays at --ppo.kl-beta."""
+    if cfg.ppo.kl_anneal_to is None:
+        return 0
+    return max(1, cfg.iterations - 1)
+
+
 def shares_prefix(wanted: bool, policy: Any, main: bool) -> bool:
     """`--ppo.share-prefix` as the run can honour it: its 4D attention mask needs sdpa or eager attention, so a
     policy loaded with another (flash) runs without it, with a notice (the config keeps what was asked)."""
@@ -320,7 +330,9 @@ def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
 
     - greedy rollouts (temperature 0): every sample of a question is the same reply, the ratio of the
       sampled token is not a policy ratio, and group baselines are all zero;
-    - a group estimator with nothing to compare: one episode per question and no fork.
+    - a group estimator with nothing to compare: one episode per question, and no fork for an estimator
+      that compares the branches of one tree (tree_grpo, sibling); grpo, drgrpo and rloo compare whole
+      episodes, so they need --rollout.group-size K >= 2 even on a forked rollout.
     Unknown credit, estimator and loss names fail here too."""
     get_credit(cfg.ppo.credit)
     get_policy_loss(cfg.ppo.loss)
@@ -330,10 +342,11 @@ def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
             "PPO samples its rollouts: --rollout.temperature 0 (greedy) gives it nothing to compare; "
             "leave --rollout.temperature unset (train ppo samples at 1.0) or set one > 0"
         )
-    if estimator.groups and cfg.rollout.group_size < 2 and not cfg.rollout.forks:
+    if estimator.groups and cfg.rollout.group_size < 2 and not (estimator.forks and cfg.rollout.forks):
+        fork = ", or fork the rollout (--rollout.forks)" if estimator.forks else ""
         raise ValueError(
-            f"--ppo.advantage {cfg.ppo.advantage} compares samples of one question: set "
-            "--rollout.group-size K (K >= 2), or fork the rollout (--rollout.forks)"
+            f"--ppo.advantage {cfg.ppo.advantage} compares episodes of one question: set "
+            f"--rollout.group-size K (K >= 2){fork}"
         )
     if cfg.ppo.train_roles:
         if workflow is None:
