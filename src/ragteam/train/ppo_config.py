@@ -33,7 +33,9 @@ def advantage_help() -> str:
 
     def needs(name: str) -> str:
         e = ESTIMATORS[name]
-        return "a critic" if e.critic else "groups: --rollout.group-size K" if e.groups else "critic-free"
+        if e.critic:
+            return "a critic"
+        return f"groups: --rollout.group-size K{' or forks' if e.forks else ''}" if e.groups else "critic-free"
 
     names = ", ".join(f"{name} ({needs(name)})" for name in ESTIMATORS)
     return f"advantage estimator (train/advantages.py; register your own with ragteam.register_advantage): {names}"
