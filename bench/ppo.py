@@ -37,7 +37,7 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
   ours-grpo  the same `ppo.update`, on a run built as `--ppo.advantage grpo --ppo.normalize none
         --ppo.kl-beta 0` builds it: `ActorCritic.from_policy(policy, critic=False)` (no value head, no
         critic trunk, no value loss), AdamW over the policy alone; `exp` from `ppo.advantages`, whose
-        estimator reads the samples' question groups (`Sample.group`, via `experience.group_ids`): (reward
+        estimator reads the samples' question groups (`Sample.group`, via `train/groups.group_ids`): (reward
         - group mean) / group std, the same for every token of a completion, not whitened again (TRL does
         not). With beta 0 the reference log-probs are the policy's own (the run's `ref` is the policy: KL 0,
         no second copy in memory, as TRL holds none at beta 0); `ragteam train ppo` itself still loads a
@@ -335,7 +335,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         share_prefix=prefix,  # as `ppo_run.shares_prefix` decides it (sdpa attention takes the mask)
     )
     run.precision = lambda: Trainer.precision(run)  # the trainer's autocast (--ppo.bf16), read off run.cfg
-    # GRPO: one question group per shared prompt (`experience.group_ids` reads `group`); PPO: all in one
+    # GRPO: one question group per shared prompt (`train/groups.group_ids` reads `group`); PPO: all in one
     samples = [
         Sample(
             f"bench-{i}",
