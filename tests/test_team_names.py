@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from conftest import TEST_DEVICE
 
 from ragteam.protocol import Workflow, team_name
@@ -30,6 +31,12 @@ class Unnamed(Direct):
 @pytest.fixture
 def selfask(tmp_path: Path, monkeypatch) -> str:
     (tmp_path / "selfask_team.py").write_text(MODULE, encoding="utf-8")
+    info = tmp_path / "selfask_team-0.3.dist-info"  # as `pip install` of the team's package leaves it
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: selfask-team\nVersion: 0.3\n", encoding="utf-8"
+    )
+    (info / "top_level.txt").write_text("selfask_team\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     return "selfask_team:SelfAsk"
 
@@ -55,6 +62,23 @@ def test_eval_names_the_team_by_its_class_and_leaves_out_c3pos_depth(
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.startswith("# Evaluation of `self-ask`")
     assert "C-3PO" not in report and not (out / "depth.png").exists()  # the section is C-3PO's alone
+    saved = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    assert saved["team"] == {"module": "selfask_team", "package": "selfask-team", "version": "0.3"}
+
+
+def test_a_command_that_fails_its_checks_leaves_no_run_folder(hotpot_small, tmp_path, capfd) -> None:
+    from ragteam.cli.main import main
+
+    for command in (["eval"], ["collect", "sft"]):
+        out = tmp_path / "-".join(command)
+        assert main([*command, "--workflow", "nope", "--data", str(hotpot_small), "--out", str(out)]) == 1
+        assert "unknown workflow 'nope'" in capfd.readouterr().err
+        assert not out.exists()
+    kept = tmp_path / "kept"  # a folder that was there before is the user's: kept, with what it held
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["eval", "--workflow", "nope", "--data", str(hotpot_small), "--out", str(kept)]) == 1
+    assert (kept / "notes.txt").is_file()
 
 
 def test_the_server_serves_the_class_name_and_answers_to_the_module_path(selfask: str, hotpot_small) -> None:

@@ -314,9 +314,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str) -> Path:
+def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str, team: dict | None = None) -> Path:
     """Write `config.yaml` (the full resolved config, command, versions and the working folder that its relative
-    paths start from) into `out_dir`."""
+    paths start from) into `out_dir`; `team`: where a team from outside ragteam comes from, its package's
+    version included (`workflows.registry.workflow_package`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "config.yaml"
@@ -326,6 +327,8 @@ def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str) -> Path:
         "versions": versions(),
         "cwd": os.getcwd(),
     }
+    if team:
+        doc["team"] = team
     path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
 

@@ -164,11 +164,33 @@ def file_lock(path: str | Path, command: str) -> Iterator[None]:
         os.close(fd)
 
 
+SETUP_FILES = ("config.yaml", "skipped.jsonl")
+"""What a command writes into its folder before its work starts (the resolved config, the data file's skipped
+records): a folder that holds only these, and an empty trace or log, holds no result."""
+LOGS = ("episodes.jsonl", "log.jsonl")
+"""Files a command appends its results to (eval's and collect's trace, a trainer's log): empty, no result."""
+
+
+def discard_setup(folder: Path) -> bool:
+    """Remove the setup files of a folder that holds nothing else (empty `LOGS` at most), so a command that
+    failed its checks (a bad workflow name, a missing corpus, an --init that is not a model) leaves no run
+    folder behind; True when removed. A folder with any result (an episode, a log row, a checkpoint, a file
+    of the user's) is kept whole."""
+    files = {p.name: p for p in folder.iterdir()}
+    empty = {n for n in LOGS if n in files and files[n].is_file() and files[n].stat().st_size == 0}
+    if set(files) - set(SETUP_FILES) - empty:
+        return False
+    for path in files.values():
+        path.unlink()
+    return True
+
+
 @contextlib.contextmanager
 def run_lock(out: str | Path, command: str) -> Iterator[None]:
     """Hold `out`'s run lock while the block runs (module docstring); RunLocked (an OutDirError, printed as
     one line) when another process holds it. A folder it had to create is removed again if the command left
-    it empty; a path that is a file is left to `check_out_dir` to refuse."""
+    it empty, or failed with only its setup files in it (`discard_setup`); a path that is a file is left to
+    `check_out_dir` to refuse."""
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         yield  # not a folder: the command's own check names it
@@ -177,12 +199,18 @@ def run_lock(out: str | Path, command: str) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
     fd = _take(path, command)
+    failed = False
     try:
         yield
+    except BaseException:
+        failed = True
+        raise
     finally:
         with contextlib.suppress(OSError):
             path.unlink()
         os.close(fd)  # closing releases the lock
         if created:
+            if failed:
+                discard_setup(folder)
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty

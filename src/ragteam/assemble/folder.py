@@ -145,6 +145,14 @@ def check_resumable(cfg: BaseModel, out: Path, ignored: Iterable[str] = RESUME_I
         )
 
 
+def _team_package(cfg: Any) -> dict | None:
+    """The team's package and version for config.yaml (None: ragteam's own team, or a config with none)."""
+    from ragteam.workflows.registry import workflow_package
+
+    name = getattr(cfg, "workflow", None)
+    return workflow_package(name) if isinstance(name, str) else None
+
+
 def open_folder(
     cfg: Any, command: str, ignored: Iterable[str] = RESUME_IGNORED, log: Callable[[str], Any] = print
 ) -> TraceFolder:
@@ -165,7 +173,7 @@ def open_folder(
     if cfg.overwrite and trace.exists():
         trace.unlink()
     check_resumable(cfg, out, ignored)
-    save_resolved(cfg, out, command)
+    save_resolved(cfg, out, command, team=_team_package(cfg))
     # a damaged trace stops here with how to recover; with --repair its intact episodes are kept
     done = finished_ids(load_trace(trace, drop_bad=getattr(cfg, "repair", False))) & {q.id for q in selected}
     folder = TraceFolder(qset, selected, out, trace, done)

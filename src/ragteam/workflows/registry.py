@@ -39,6 +39,7 @@ __all__ = [
     "register_workflow",
     "workflow_help",
     "workflow_names",
+    "workflow_package",
 ]
 
 WorkflowFactory: TypeAlias = Callable[[WorkflowConfig], Workflow]
@@ -93,6 +94,34 @@ def workflow_help(what: str = "workflow") -> str:
     """A `--workflow` option's description: `what`, then the names this install knows (registered and
     installed), so `--help` lists a package's teams as soon as it is installed."""
     return f"{what}: {', '.join(workflow_names())}, or package.module:ClassName (a Workflow of your own)"
+
+
+def workflow_package(name: str) -> dict[str, str | None] | None:
+    """Where the team `name` comes from, for a run's config.yaml: its module, and the installed distribution
+    that holds it with its version (`package`/`version` None for a module on PYTHONPATH, with its `file`);
+    None for ragteam's own teams (ragteam's version is already recorded) and names that resolve to nothing."""
+    import sys
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    if name in _FACTORIES:
+        factory = _FACTORIES[name]
+        module = getattr(getattr(factory, "func", factory), "__module__", "") or ""
+    elif name in (installed := _entry_points()):
+        module = installed[name].value.partition(":")[0]
+    elif ":" in name:
+        module = name.partition(":")[0]
+    else:
+        return None
+    top = module.split(".")[0]
+    if not top or top == "ragteam":
+        return None
+    for dist in packages_distributions().get(top, []):
+        try:
+            return {"module": module, "package": dist, "version": version(dist)}
+        except PackageNotFoundError:
+            continue
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return {"module": module, "package": None, "version": None, "file": file}
 
 
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
