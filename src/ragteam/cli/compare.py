@@ -133,10 +133,25 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
     return f"A: {a}\nB: {b}\n\n{table(header, rows)}\n\n{line}"
 
 
+def check_metrics(metrics: list[str], runs: dict[str, list[Episode]]) -> None:
+    """ValueError naming a run that cannot have `mc_acc` (no multiple-choice question in it). Why: it was
+    compared as 0.0 against 0.0, a difference of nothing that looked like a result. em, f1 and cover_em are
+    scored from gold answers, which every episode holds."""
+    if "mc_acc" not in metrics:
+        return
+    for name, episodes in runs.items():
+        if not any(ep.question.choices for ep in episodes):
+            raise ValueError(
+                f"{name}: no multiple-choice question in this run, so no mc_acc to compare; "
+                "choose --metrics among em, f1, cover_em"
+            )
+
+
 def run(cfg: Config) -> int:
     from ragteam.stats.paired import compare_runs
 
     a, b = read_run(cfg.run_a), read_run(cfg.run_b)
+    check_metrics(list(cfg.metrics), {cfg.run_a: a, cfg.run_b: b})
     result = compare_runs(a, b, cfg.metrics, intersect=cfg.intersect, n=cfg.resamples, seed=cfg.seed)
     if cfg.json:
         print(json.dumps({"a": cfg.run_a, "b": cfg.run_b, **result}, indent=2))

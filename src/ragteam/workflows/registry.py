@@ -8,7 +8,8 @@ A name resolves, in this order, to
    `[project.entry-points."ragteam.workflows"] search-r1 = "search_r1.workflow:SearchR1"`), loaded the
    first time the name is built, listed by name in every command's `--help` without being imported;
 3. `package.module:ClassName`: imported from the module path (the module must be importable: installed,
-   or on `PYTHONPATH`).
+   or on `PYTHONPATH`); it must be a `Workflow` subclass or a Python function outside the standard
+   library, checked before it is called (`os:system` is refused, never run).
 
 A factory is anything called with a `WorkflowConfig` that returns a `Workflow`: a `Workflow` subclass whose
 `__init__(cfg)` takes the config, or a function. A name that resolves to nothing, a module that fails to
@@ -18,6 +19,8 @@ import or an attribute it lacks is a one-line ValueError naming it (the CLI prin
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
 from collections.abc import Callable
 from functools import partial
 from importlib.metadata import EntryPoint, entry_points
@@ -172,7 +175,23 @@ def _load(name: str, target: str, origin: str | None) -> WorkflowFactory:
         raise ValueError(
             f"{where}: {target!r} is not a Workflow class or factory (give package.module:ClassName)"
         )
+    if origin is None and not _may_build(obj):
+        # a path typed on the command line is checked before anything is called (`os:system` would run)
+        raise ValueError(
+            f"{where}: {target!r} is a {type(obj).__name__}, not a ragteam.Workflow subclass or a factory "
+            "function of your own (give package.module:ClassName)"
+        )
     return obj  # type: ignore[return-value]
+
+
+def _may_build(obj: object) -> bool:
+    """Whether a `module:attribute` path may be called to build a workflow: a Workflow subclass, or a function
+    written in Python outside the standard library (a factory of one's own). Builtins (`os:system`), other
+    classes and the standard library's functions (`subprocess:run`) are never called."""
+    if isinstance(obj, type):
+        return issubclass(obj, Workflow)
+    module = getattr(obj, "__module__", None) or ""
+    return inspect.isfunction(obj) and module.partition(".")[0] not in sys.stdlib_module_names
 
 
 def _one_line(e: BaseException) -> str:
