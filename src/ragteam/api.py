@@ -12,7 +12,9 @@ recipes and presets as its flags; `load_config` reads the YAML a `--config` file
 is the one the command runs, without the terminal around it: no exit codes, no messages on Ctrl-C (the
 KeyboardInterrupt reaches the caller), errors raised (a ValueError says what is wrong with the input). Like
 the command, each points the library caches under `$RAGTEAM_HOME` and runs offline (`setup_caches`) and
-refuses an `out` folder holding files it did not write unless `overwrite=True`.
+refuses an `out` folder holding files it did not write unless `overwrite=True`; and, as quiet as the
+command, keeps transformers' deprecation notices about the arguments ragteam passes it off the terminal
+(`config.quiet_own_notices`: those messages only; `RAGTEAM_LIBRARY_WARNINGS=1` shows them).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ragteam.cli.train_critic import Config as CriticTrainConfig
 from ragteam.cli.train_dpo import Config as DPOConfig
 from ragteam.cli.train_ppo import Config as PPOConfig
 from ragteam.cli.train_sft import Config as SFTConfig
-from ragteam.config import load_config, setup_caches
+from ragteam.config import load_config, quiet_own_notices, setup_caches
 
 __all__ = [
     "CollectConfig",
@@ -48,13 +50,20 @@ __all__ = [
 Log = Callable[[str], Any]
 
 
+def _prepare() -> None:
+    """What every function does first, as the command does: caches under $RAGTEAM_HOME, offline, and the
+    library notices ragteam's own calls trigger kept off the terminal (`quiet_own_notices`)."""
+    setup_caches()
+    quiet_own_notices()
+
+
 def evaluate(cfg: EvalConfig, log: Log = print) -> dict[str, Any]:
     """`ragteam eval`: run the workflow on the questions, write the run folder (`cfg.out`: episodes,
     metrics, report, plots; resumed when it holds a finished part) and return what metrics.json holds.
     `log` receives the progress lines."""
     from ragteam.eval.run import run_eval
 
-    setup_caches()
+    _prepare()
     return run_eval(cfg, log=log)
 
 
@@ -63,7 +72,7 @@ def collect(cfg: CollectConfig, log: Log = print) -> dict[str, Any]:
     return the summary (summary.json)."""
     from ragteam.collect.run import run_collect
 
-    setup_caches()
+    _prepare()
     return run_collect(cfg, log=log)
 
 
@@ -72,7 +81,7 @@ def train_sft(cfg: SFTConfig) -> Path:
     adapter with `lora=True`)."""
     from ragteam.cli import train_sft as command
 
-    setup_caches()
+    _prepare()
     return command.train(cfg)
 
 
@@ -80,7 +89,7 @@ def train_dpo(cfg: DPOConfig) -> Path:
     """`ragteam train dpo`: DPO on ranked pairs; returns the output folder."""
     from ragteam.cli import train_dpo as command
 
-    setup_caches()
+    _prepare()
     return command.train(cfg)
 
 
@@ -89,7 +98,7 @@ def train_critic(cfg: CriticTrainConfig) -> Path:
     as `critic.model`)."""
     from ragteam.cli import train_critic as command
 
-    setup_caches()
+    _prepare()
     return command.train(cfg)
 
 
@@ -97,5 +106,5 @@ def train_ppo(cfg: PPOConfig) -> Path:
     """`ragteam train ppo`: multi-agent PPO from a recipe; returns the output folder (the final policy)."""
     from ragteam.cli import train_ppo as command
 
-    setup_caches()
+    _prepare()
     return command.train(cfg)

@@ -376,6 +376,40 @@ _QUIET_CATEGORIES = (DeprecationWarning, PendingDeprecationWarning, FutureWarnin
 _QUIET_LOGGERS = ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY")
 
 
+# The library notices ragteam's own calls trigger, which a user of the Python API cannot act on either:
+# transformers' deprecation of the `past_key_values` argument our decoders pass, once per forward pass as a
+# FutureWarning and once as a log line. Quieted by message, so the user's own warnings stay as they are.
+_OWN_NOTICES = ("`past_key_values` is deprecated", "`past_key_values`/`cache_params` are deprecated")
+
+
+class _DropOwnNotices:
+    """A logging filter dropping `_OWN_NOTICES` (added to transformers' handlers)."""
+
+    def filter(self, record) -> bool:
+        return not any(m in record.getMessage() for m in _OWN_NOTICES)
+
+
+def quiet_own_notices() -> bool:
+    """Keep the notices in `_OWN_NOTICES` out of a Python API user's terminal (the CLI hides them with the
+    rest, `quiet_libraries`); nothing is hidden under `python -W ...`, `PYTHONWARNINGS` or
+    `RAGTEAM_LIBRARY_WARNINGS=1`. True when quieted."""
+    import logging
+    import re
+    import sys
+    import warnings
+
+    if sys.warnoptions or os.environ.get("RAGTEAM_LIBRARY_WARNINGS", "") not in ("", "0"):
+        return False
+    for message in _OWN_NOTICES:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=FutureWarning)
+    import transformers  # noqa: F401  (its logger and handler exist once imported)
+
+    for handler in logging.getLogger("transformers").handlers:
+        if not any(isinstance(f, _DropOwnNotices) for f in handler.filters):
+            handler.addFilter(_DropOwnNotices())
+    return True
+
+
 def quiet_libraries() -> bool:
     """Keep the dependencies' deprecation notices and internal warnings out of the terminal, in this one place
     at CLI start; progress bars and ragteam's own messages stay. Nothing is hidden when the user asks for
