@@ -218,3 +218,16 @@ def test_curves_tick_whole_iterations_and_plot_the_credits_reward() -> None:
         assert list(reward.get_lines()[0].get_ydata()) == [0.5, 1.5]
     finally:
         plt.close(fig)
+
+
+def test_the_demo_goes_on_past_a_ppo_run_that_trained_nothing(monkeypatch, capsys) -> None:
+    """`ragteam train ppo` fails such a run; the demo says WARNING and goes on to its report."""
+    from ragteam.cli.demo import ppo_or_warn
+    from ragteam.train import ppo
+
+    def idle(cfg):
+        raise ppo.NothingTrained("train ppo: no iteration trained any act (2 iterations, 4 acts: ...)")
+
+    monkeypatch.setattr(ppo, "train_ppo", idle)
+    ppo_or_warn(None)
+    assert "PPO: WARNING train ppo: no iteration trained any act" in capsys.readouterr().out

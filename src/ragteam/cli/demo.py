@@ -322,6 +322,18 @@ def warm_start(
     return model_dir, info
 
 
+def ppo_or_warn(cfg: Any) -> None:
+    """`train_ppo(cfg)`; a run whose every iteration trained no act (`NothingTrained`, an error for `ragteam
+    train ppo`) is a WARNING line here: its log, curves and policy are written, and the demo goes on so that
+    its report shows the run as it went."""
+    from ragteam.train.ppo import NothingTrained, train_ppo
+
+    try:
+        train_ppo(cfg)
+    except NothingTrained as e:
+        print(f"   PPO: WARNING {e}", flush=True)
+
+
 def ppo(
     cfg: Config, data: Path, retriever: RetrieverConfig, init: Path, out: Path
 ) -> tuple[Path, dict[str, Any]]:
@@ -331,7 +343,6 @@ def ppo(
     every iteration (so the training-reward panel shows what the policy learned, not which questions were
     drawn), with the held-out questions evaluated after every iteration (the report's held-out panel):
     the settings bench/learning.py and docs/results.md measured to raise the training reward on CPU."""
-    from ragteam.train.ppo import train_ppo
     from ragteam.train.ppo_config import PPOConfig
 
     log = out / "log.jsonl"
@@ -340,7 +351,7 @@ def ppo(
         not (done and done[-1].get("iteration", -1) + 1 >= cfg.ppo_iterations and _finished(out))
         or cfg.overwrite
     ):
-        train_ppo(
+        ppo_or_warn(
             PPOConfig(
                 recipe="mmoa",
                 data=str(data),
