@@ -231,3 +231,24 @@ def test_the_demo_goes_on_past_a_ppo_run_that_trained_nothing(monkeypatch, capsy
     monkeypatch.setattr(ppo, "train_ppo", idle)
     ppo_or_warn(None)
     assert "PPO: WARNING train ppo: no iteration trained any act" in capsys.readouterr().out
+
+
+def test_extend_mds_credit_example_runs_as_written(monkeypatch) -> None:
+    """docs/extend.md's `f1-minus-searches` credit, executed from the page, on a two-act episode with one
+    search: both acts get F1 0.5 - 0.1."""
+    import re
+
+    from ragteam import credit
+    from ragteam.rollout.tree import Episode, Node
+    from ragteam.types import Question
+
+    monkeypatch.setattr(credit, "CREDITS", dict(credit.CREDITS))
+    page = (Path(__file__).parent.parent / "docs" / "extend.md").read_text(encoding="utf-8")
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if "f1_minus_searches" in b]
+    exec(compile(code, "docs/extend.md", "exec"), {})
+    ep = Episode(id="e", workflow="self-ask", question=Question(id="q", question="?", golden_answers=["a"]))
+    ep.add(Node(id=-1, parent=None, kind="policy", role="asker"))
+    ep.add(Node(id=-1, parent=0, kind="retrieve", queries=["follow-up"], k=2, hits=[[]]))
+    ep.add(Node(id=-1, parent=1, kind="policy", role="asker"))
+    ep.add(Node(id=-1, parent=2, kind="answer", answer="a b", rewards={"f1": 0.5, "em": 0.0}))
+    assert credit.get_credit("f1-minus-searches")(ep, "f1") == {0: pytest.approx(0.4), 2: pytest.approx(0.4)}
