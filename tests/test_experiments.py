@@ -3,6 +3,7 @@ tiny model (its CPU dry run), every stage through the real CLI on HotpotQA-500, 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -68,3 +69,94 @@ def test_heldout_set_is_the_900_questions_no_training_question_among_them(
         ["bash", str(script), str(out)], env=dict(env, DATA_DIR=str(tmp_path)), capture_output=True, text=True
     )
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def tiny_matrix_env() -> dict[str, str]:
+    """scripts/experiments/matrix-tiny.env: the dry run's sizes, shared with on_device.sh's CUDA dry run."""
+    env = {}
+    for line in (ROOT / "scripts" / "experiments" / "matrix-tiny.env").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            env[key] = value.strip("'\"")
+    return env
+
+
+def test_matrix_script_runs_every_leg_on_the_heldout_set_and_bundles_under_the_limits(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    import tarfile
+
+    work = tmp_path / "work"
+    tiny = tiny_matrix_env()
+    part = 256_000  # parts this small, so that the cut and its reassembly run too (15 MiB on the device)
+    env = dict(
+        os.environ,
+        **tiny,
+        RAGTEAM=f"{sys.executable} -m ragteam.cli.main",
+        PYTHON=sys.executable,
+        DATA_DIR=str(shared_data),
+        WORK=str(work),
+        LEGS="mmoa c3po gym",
+        PART_BYTES=str(part),
+        OMP_NUM_THREADS="1",
+    )
+    script = ROOT / "scripts" / "experiments" / "matrix.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+
+    n = int(tiny["EVAL_LIMIT"])
+    compares = {
+        "mmoa": ["compare"],
+        "c3po": ["compare-tree-chain", "compare-sft-tree", "compare-sft-chain"],
+        "gym": ["compare"],
+    }
+    for leg, names in compares.items():
+        for name in names:
+            result = json.loads((work / leg / f"{name}.json").read_text())
+            assert result["counts"]["questions"] == n, (leg, name)  # the first n held-out questions, paired
+            assert {"em", "f1", "cover_em"} <= set(result["metrics"])
+            assert (work / leg / f"{name}.txt").read_text().count("| F1 |") == 1
+    held = (work / "heldout-900.jsonl").read_text().splitlines()
+    assert len(held) == 900
+    first = {json.loads(x)["question_id"] for x in held[:n]}
+    for ev in ("mmoa/eval-grpo", "c3po/eval-tree", "gym/eval-ppo"):
+        metrics = json.loads((work / ev / "metrics.json").read_text())
+        assert (
+            metrics["n"] == n
+            and metrics["failed"] == 0
+            and metrics["data"] == str(work / "heldout-900.jsonl")
+        )
+        assert str(work / "index-heldout") in json.dumps(metrics["corpus"]), ev  # the held-out index, pinned
+        episodes = gzip.open(work / ev / "episodes.jsonl.gz", "rt").read().splitlines()
+        assert {json.loads(e)["question"]["id"] for e in episodes} == first
+
+    # every training run retrieved from the pinned HotpotQA-500 index; C-3PO's arms stopped at one token budget
+    for run in ("mmoa/grpo", "c3po/tree", "c3po/chain", "gym/ppo"):
+        assert str(work / "index-train") in (work / run / "config.yaml").read_text(), run
+    budget = int(tiny["C3_TOKENS"])
+    for arm in ("tree", "chain"):
+        rows = [json.loads(x) for x in (work / "c3po" / arm / "log.jsonl").read_text().splitlines()]
+        assert rows[-1]["generated_tokens_total"] >= budget and len(rows) < int(tiny["C3_ITERS"]), arm
+    tree_cfg = (work / "c3po" / "tree" / "config.yaml").read_text()
+    assert "advantage: tree_grpo" in tree_cfg or "advantage: tree\n" in tree_cfg
+
+    # bundles: within the device's return limits (8 files of 16 MiB, 64 MiB), parts that reassemble
+    files = sorted((work / "bundles").iterdir())
+    assert files and all(f.stat().st_size <= part for f in files)
+    assert sum(f.stat().st_size for f in files) <= 64 * 2**20
+    for leg in compares:
+        parts = [f for f in files if f.name.startswith(f"{leg}.tar.gz")]
+        assert 1 <= len(parts) <= 7, [f.name for f in parts]
+        whole = tmp_path / f"{leg}.tar.gz"
+        whole.write_bytes(b"".join(f.read_bytes() for f in parts))
+        with tarfile.open(whole) as tar:
+            names = tar.getnames()
+        assert f"{leg}/timings.tsv" in names and f"{leg}/weights-left-behind.txt" in names
+        assert f"{leg}/{compares[leg][0]}.json" in names and f"{leg}/eval-sft/episodes.jsonl.gz" in names
+        assert not [x for x in names if x.endswith((".safetensors", ".bin", ".pt"))]
+    behind = (work / "mmoa" / "weights-left-behind.txt").read_text()
+    assert "grpo/model.safetensors" in behind and "sft/model.safetensors" in behind
+
+    again = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "FRESH=1" in again.stdout  # a second run never overwrites a leg
+    assert (work / "mmoa" / "compare.json").is_file()
