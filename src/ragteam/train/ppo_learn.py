@@ -173,7 +173,7 @@ def update(trainer: Trainer, exp: Experience, iteration: int) -> RoleMeters:
                         kl_term = masked_mean(kl_penalty(out.logp, ref, cfg.kl_loss_estimator), batch.mask)
                         loss = loss + kl_coef * kl_term
                         if weight:
-                            meters.add(None, "kl_loss", float(kl_term), float(batch.mask.sum()))
+                            meters.add(None, "kl_loss", float(kl_term.detach()), float(batch.mask.sum()))
                     if old_v is not None:
                         loss = (
                             loss
