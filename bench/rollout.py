@@ -22,6 +22,18 @@ within each round, must give the same tokens, and the median times are compared.
 timings steady when other jobs share the cores (with two, a decode step waits on descheduled threads).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/rollout.py --mode tree   # ~3 minutes
+
+`--mode prefix` measures the prefix cache (`llm/prefix_cache.py`) on real workloads, SmolLM2 as policy and LLM
+(two models, so each one's counts are its own), BM25 over the questions' own paragraphs: an MMOA-RAG GRPO
+iteration (Selector + Generator, `--grpo-questions` questions x `--group-size` 8 members, temperature 1, top-p
+0.9; replies capped at `--grpo-max-tokens` 16, the length of the SFT policy's: the base model would ramble
+where the trained one answers in a few words), a C-3PO tree (`--rollout.forks c3po`: the router's three strategies, then K=2 to depth 4) and a RAG-Gym
+Re2Search episode (up to 10 steps). Each runs with the cache off (`--rollout.prefix-cache-mb 0`: today's
+engine, identical prompts of one batch still prefilled once) and on, each from an empty cache (a training
+iteration starts with one: the weights changed), the same seeds, side by side: prompt tokens, prefilled
+tokens, the share prefilled, wall time, episodes per hour, and whether the sampled tokens were the same.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/rollout.py --mode prefix   # ~15 minutes on 2 busy cores
 """
 
 from __future__ import annotations
@@ -271,6 +283,145 @@ def tree_bench(args: argparse.Namespace) -> int:
     return 1 if mismatched else 0
 
 
+def prefix_workloads(args: argparse.Namespace) -> list[tuple[str, dict, int]]:
+    """(name, TeamConfig fields, questions) of each workload `--workloads` names (module docstring)."""
+    common = {"retriever": {"kind": "bm25"}, "corpus": "distractor"}
+    table = {
+        "grpo": (
+            "MMOA-RAG GRPO iteration",
+            {
+                "workflow": "mmoa",
+                "variant": "s-g",
+                "candidates": 5,
+                "topk": 5,
+                "selector_constrained": True,
+                "rollout": {
+                    "temperature": 1.0,
+                    "top_p": 0.9,
+                    "group_size": args.group_size,
+                    "max_tokens": args.grpo_max_tokens,
+                },
+            },
+            args.grpo_questions,
+        ),
+        "tree": (
+            "C-3PO tree",
+            {
+                "workflow": "c3po",
+                "rollout": {"temperature": 1.0, "forks": "c3po", "max_depth": 13},
+            },
+            args.tree_questions,
+        ),
+        "gym": (
+            "RAG-Gym Re2Search episode",
+            {"workflow": "gym:re2search", "max_steps": 10, "rollout": {"temperature": 1.0}},
+            args.gym_questions,
+        ),
+    }
+    out = []
+    for name in args.workloads:
+        title, fields, n = table[name]
+        rollout = {
+            "max_tokens": args.policy_max_tokens,
+            "llm_max_tokens": args.llm_max_tokens,
+            "max_concurrent": 64,
+            "seed": 0,
+            **fields.pop("rollout"),
+        }
+        out.append((title, {**common, **fields, "rollout": rollout}, n))
+    return out
+
+
+def prefix_run(engine, workflow, questions, models, mb: float) -> dict:
+    """One rollout from an empty prefix cache of `mb` MB (0: off): seconds, episodes, every model's prefill
+    counts, and the policy's sampled tokens (to compare with the other run)."""
+    for m in models:
+        m.set_prefix_cache(0)  # empty, as after a weight update
+    engine.config = engine.config.model_copy(update={"prefix_cache_mb": mb})
+    t0 = time.perf_counter()
+    report = engine.run(workflow, questions)
+    seconds = time.perf_counter() - t0
+    tokens = [
+        [n.completion.completion_ids for n in ep.nodes if n.completion is not None] for ep in report.episodes
+    ]
+    steps = [len(ep.policy_nodes()) for ep in report.episodes]
+    return {
+        "seconds": seconds,
+        "episodes": len(report.episodes),
+        "failed": report.failed,
+        "acts": sum(steps),
+        "max_acts": max(steps, default=0),
+        "prefill": engine.prefill,
+        "tokens": tokens,
+    }
+
+
+def prefix_bench(args: argparse.Namespace) -> int:
+    """The prefix cache off and on over each workload (module docstring); prints the table, exits 1 when a
+    run's sampled tokens differ."""
+    import torch
+
+    from ragteam.assemble.build import build_team
+    from ragteam.assemble.config import TeamConfig
+    from ragteam.assemble.folder import read_selected
+    from ragteam.llm.local import LocalChatModel
+
+    _, questions = read_selected(str(args.data), None, 0, max(args.grpo_questions, args.tree_questions, 8))
+    policy = LocalChatModel(args.model, device=args.device, max_batch_size=64)
+    print(f"model {policy.name} on {policy.device} ({torch.get_num_threads()} threads)", flush=True)
+    rows, mismatched = [], 0
+    for title, fields, n in prefix_workloads(args):
+        cfg = TeamConfig(**fields, policy={"model": args.model, "max_batch_size": 64},
+                         llm={"model": args.model, "max_batch_size": 64})  # fmt: skip
+        team = build_team(cfg, data=str(args.data), policy=policy)
+        models = [m for m in (policy, team.llm) if m is not None]
+        qs = questions[:n]
+        runs = {
+            mb: prefix_run(team.engine, team.workflow, qs, models, mb) for mb in (0, args.prefix_cache_mb)
+        }
+        off, on = runs[0], runs[args.prefix_cache_mb]
+        same = off["tokens"] == on["tokens"]
+        mismatched += not same
+        row = {"workload": title, "questions": n, "same_tokens": same}
+        for key, run in (("off", off), ("on", on)):
+            row[key] = {k: v for k, v in run.items() if k != "tokens"}
+            row[key]["episodes_per_hour"] = run["episodes"] / run["seconds"] * 3600
+        row["speedup"] = off["seconds"] / on["seconds"]
+        rows.append(row)
+        print(
+            f"{title}: off {off['seconds']:.1f} s, on {on['seconds']:.1f} s, same tokens: {same}", flush=True
+        )
+    print()
+    print(
+        "| workload | episodes (acts) | model | prompt tokens | prefilled off | prefilled on | share off | "
+        "share on | s off | s on | episodes/h off | episodes/h on | speedup | same tokens |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        for model in r["on"]["prefill"]:
+            a, b = r["off"]["prefill"][model], r["on"]["prefill"][model]
+            print(
+                f"| {r['workload']} | {r['on']['episodes']} ({r['on']['acts']}) | {model} | {b['prompt_tokens']} | "
+                f"{a['prefill_tokens']} | {b['prefill_tokens']} | {a['prefilled']:.2f} | {b['prefilled']:.2f} | "
+                f"{r['off']['seconds']:.1f} | {r['on']['seconds']:.1f} | {r['off']['episodes_per_hour']:.0f} | "
+                f"{r['on']['episodes_per_hour']:.0f} | {r['speedup']:.2f}x | {'yes' if r['same_tokens'] else 'no'} |"
+            )
+    if args.json is not None:
+        meta = {
+            "mode": "prefix",
+            "model": policy.name,
+            "device": str(policy.device),
+            "threads": torch.get_num_threads(),
+            "prefix_cache_mb": args.prefix_cache_mb,
+            "grpo_max_tokens": args.grpo_max_tokens,
+            "policy_max_tokens": args.policy_max_tokens,
+            "llm_max_tokens": args.llm_max_tokens,
+            "group_size": args.group_size,
+        }
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2), encoding="utf-8")
+    return 1 if mismatched else 0
+
+
 def timed(fn, *args):
     t0 = time.perf_counter()
     out = fn(*args)
@@ -279,7 +430,9 @@ def timed(fn, *args):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["flat", "tree"], default="flat", help="what to measure (see above)")
+    ap.add_argument(
+        "--mode", choices=["flat", "tree", "prefix"], default="flat", help="what to measure (see above)"
+    )
     ap.add_argument("--quick", action="store_true", help="fewer tokens and one-by-one prompts (~2 minutes)")
     ap.add_argument("--model", default="smollm2", help="smollm2, tiny or a Hugging Face folder")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
@@ -304,6 +457,26 @@ def main(argv: list[str] | None = None) -> int:
         / "hotpotqa-dev-500.jsonl",
         help="tree mode: the HotpotQA file whose paragraphs make the prompts",
     )
+    ap.add_argument(
+        "--workloads", nargs="+", choices=["grpo", "tree", "gym"], default=["grpo", "tree", "gym"]
+    )
+    ap.add_argument("--group-size", type=int, default=8, help="prefix mode: GRPO group size")
+    ap.add_argument(
+        "--grpo-questions", type=int, default=2, help="prefix mode: questions of the GRPO iteration"
+    )
+    ap.add_argument("--tree-questions", type=int, default=1, help="prefix mode: C-3PO trees")
+    ap.add_argument("--gym-questions", type=int, default=1, help="prefix mode: Re2Search episodes")
+    ap.add_argument(
+        "--grpo-max-tokens",
+        type=int,
+        default=16,
+        help="prefix mode: MMOA policy tokens per act (the SFT policy's replies: Selector 15, Generator <= 11)",
+    )
+    ap.add_argument(
+        "--policy-max-tokens", type=int, default=48, help="prefix mode: C-3PO / Re2Search act cap"
+    )
+    ap.add_argument("--llm-max-tokens", type=int, default=48, help="prefix mode: LLM tokens per call")
+    ap.add_argument("--prefix-cache-mb", type=float, default=512, help="prefix mode: the cache's budget")
     args = ap.parse_args(argv)
     max_new = args.max_new_tokens or (24 if args.quick else 48)
     n_single = args.one_by_one or (4 if args.quick else 8)
@@ -314,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_caches()
     if args.mode == "tree":
         return tree_bench(args)
+    if args.mode == "prefix":
+        return prefix_bench(args)
     import torch
 
     from ragteam.llm.local import LocalChatModel

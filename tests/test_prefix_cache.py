@@ -269,6 +269,7 @@ def test_the_engine_sets_the_budget_and_counts_each_run_s_prefill(models):
     assert policy["prompt_tokens"] == policy_off["prompt_tokens"] == engine.calls["policy_prompt_tokens"]
     assert policy["prefill_tokens"] < policy_off["prefill_tokens"] and policy["cached_tokens"] > 0
     assert policy["prefilled"] == round(policy["prefill_tokens"] / policy["prompt_tokens"], 4)
+    assert policy["hit_rate"] == round(1 - policy["prefilled"], 4) > 0
     on.set_prefix_cache(64)
 
 

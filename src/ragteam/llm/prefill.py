@@ -69,21 +69,6 @@ class Prefill:
         elif self.prefix_cache is None or self.prefix_cache.budget_bytes != budget:
             self.prefix_cache = PrefixCache(budget)
 
-    def prefix_cache_stats(self) -> dict[str, float]:
-        """The prefill's counters since the model was built: prompt tokens (every row's input), prefilled
-        tokens (computed), cached tokens (read from the tree), the hit rate (1 - prefilled / prompt), and
-        what the tree holds now (tokens, MB) and has evicted."""
-        s, tree = self.stats, self.prefix_cache
-        return {
-            "prompt_tokens": s["prompt_tokens"],
-            "prefill_tokens": s["prefill_tokens"],
-            "cached_tokens": s["cached_tokens"],
-            "hit_rate": 1 - s["prefill_tokens"] / s["prompt_tokens"] if s["prompt_tokens"] else 0.0,
-            "tree_tokens": tree.tokens if tree is not None else 0,
-            "tree_mb": tree.nbytes / 2**20 if tree is not None else 0.0,
-            "evicted_tokens": tree.evicted_tokens if tree is not None else 0,
-        }
-
     def _prefill_inputs(
         self, inputs: list[list[int]], forced: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, list[int]]:

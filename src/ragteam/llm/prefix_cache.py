@@ -281,10 +281,11 @@ def prefill_delta(
 
 
 def summary(counts: dict[str, int]) -> dict[str, float]:
-    """Prompt, prefilled and cached tokens and the share of the prompt tokens that was prefilled (1 - the hit
-    rate; counts rows that shared a prompt in one batch as hits too)."""
+    """Prompt, prefilled and cached tokens, the share of the prompt tokens that was prefilled and the hit rate
+    (1 - that share: rows that shared a prompt in one batch count as hits too)."""
     prompt, prefilled = counts["prompt_tokens"], counts["prefill_tokens"]
-    return {**counts, "prefilled": round(prefilled / prompt, 4) if prompt else 0.0}
+    share = round(prefilled / prompt, 4) if prompt else 0.0
+    return {**counts, "prefilled": share, "hit_rate": round(1 - share, 4) if prompt else 0.0}
 
 
 def prefill_summary(calls: dict[str, int]) -> dict[str, dict[str, float]]:
