@@ -30,3 +30,34 @@ def test_the_run_resolves_it_from_the_policys_own_config():
     cfg = with_sample_limit(PPOConfig(workflow="mmoa", data="d", out="o"), folder)
     assert cfg.ppo.max_sample_tokens == CONTEXT  # what config.yaml then records
     assert model_context(folder.parent / "no-such-model") is None
+
+
+def test_config_yaml_shows_every_value_a_recipe_resolved(tmp_path):
+    """`train ppo --recipe c3po` alone: the saved config holds the paper profile's values, the recipe's own,
+    the corpus and the derived sample limit, so the run says what it ran."""
+    import yaml
+
+    from ragteam.config import save_resolved
+
+    cfg = with_sample_limit(with_recipe(PPOConfig(recipe="c3po", data="d", out="o")), tiny_model_dir())
+    saved = yaml.safe_load(save_resolved(cfg, tmp_path, "train ppo").read_text())["config"]
+    assert (saved["profile"], saved["corpus"], saved["topk"], saved["role_caps"]) == (
+        "paper",
+        "pooled",
+        10,
+        False,
+    )
+    r = saved["rollout"]
+    assert (r["max_tokens"], r["llm_max_tokens"], r["max_prompt_tokens"], r["max_depth"]) == (
+        2048,
+        2048,
+        4096,
+        13,
+    )
+    assert saved["ppo"]["max_sample_tokens"] == min(4096 + 2048, CONTEXT)
+    flag = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", topk=3, corpus="distractor"))
+    assert (flag.topk, flag.corpus, flag.rollout.max_tokens) == (
+        3,
+        "distractor",
+        2048,
+    )  # flags win, one by one
