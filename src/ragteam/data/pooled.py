@@ -1,10 +1,12 @@
-"""A harder retrieval corpus: the passages of every benchmark and corpus file in a folder, pooled into one.
+"""Harder retrieval corpora: the passages of several files (`--corpus pooled+FILE`: a question file joined
+with a Wikipedia sample) or of every benchmark and corpus file in a folder (`--corpus pooled:DIR`), pooled
+into one.
 
-The default eval corpus is the *distractor* setting: the paragraphs carried by the question file itself, so
-each question's gold paragraphs compete only with the ~8 distractors HotpotQA ships with it and with the
-other questions' paragraphs. Pooling every file of the bundled data folder (HotpotQA's, PopQA's, 2Wiki's and
-MuSiQue's paragraphs, plus the Wikipedia sample) adds passages from other benchmarks and from Wikipedia at
-large: the gold paragraphs are still there, but among more distractors.
+The default corpus is the *distractor* setting: the paragraphs carried by the run's own questions, so each
+question's gold paragraphs compete only with the ~8 distractors HotpotQA ships with it and with the other
+questions' paragraphs (`ragteam.eval.corpus`). Pooling more files (HotpotQA's, PopQA's, 2Wiki's and MuSiQue's
+paragraphs, the Wikipedia sample) adds passages from other benchmarks and from Wikipedia at large: the gold
+paragraphs are still there, but among more distractors.
 
 Every file with a data suffix is read as a benchmark file (format detected); a file whose format cannot be
 told is read as a passage corpus (`{id, title, text}` / FlashRAG `{id, contents}`). Question files that carry
