@@ -171,12 +171,14 @@ stage() {  # stage LEG NAME CMD...: run CMD with its output in LEG/NAME.log, tim
   local s=$SECONDS
   echo "[matrix] $(date +%T) +$((SECONDS - t0))s $leg: $name"
   log="$W/$leg/$name.log"
-  "$@" >"$log" 2>&1
+  { printf '+'; printf ' %q' "$@"; echo; } >"$log"   # the exact command heads its log
+  "$@" >>"$log" 2>&1
   printf '%s\t%s\t%s\n' "$leg" "$name" "$((SECONDS - s))" >>"$W/$leg/timings.tsv"
   log=""
 }
 compare() {  # compare LEG NAME A B: the paired comparison of two evals, as text and JSON
   local leg=$1 name=$2
+  echo "+ $RT compare $W/$leg/$3 $W/$leg/$4" >>"$W/$leg/commands.txt"
   $RT compare "$W/$leg/$3" "$W/$leg/$4" >"$W/$leg/$name.txt"
   $RT compare "$W/$leg/$3" "$W/$leg/$4" --json >"$W/$leg/$name.json"
   cat "$W/$leg/$name.txt"
