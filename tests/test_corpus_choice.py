@@ -152,3 +152,9 @@ def test_a_long_build_is_announced_with_an_estimate():
     line = build_estimate(4858, ["bm25", "dense"])
     assert line is not None and "4,858 passages" in line and "min" in line and "all-MiniLM-L6-v2" in line
     assert build_estimate(4858, ["bm25"]) is None  # BM25 alone is quick
+
+
+def test_a_corpus_of_the_question_file_without_one_says_what_to_give():
+    for corpus in ("distractor", "pooled"):
+        with pytest.raises(ValueError, match=f"the corpus {corpus} .* give --data FILE, or name a corpus"):
+            open_corpus(parse_corpus(corpus), None, None, None, ("bm25",), progress=False)

@@ -45,6 +45,11 @@ DISTRACTOR_NAME = "distractor: the own paragraphs of the run's {n} questions, go
 POOLED_NAME = "pooled: every paragraph of {files}, deduplicated"
 FOLDER_NAME = "pooled: every benchmark and corpus file of {folder}, deduplicated"
 
+NO_DATA = (
+    "the corpus {corpus} (--corpus, or the profile's) searches {what}, and there is no question file: give "
+    "--data FILE, or name a corpus (--corpus FILE or DIR, --retriever.index DIR, --retriever.url URL)"
+)
+
 _CONTENT_ID = re.compile(r"^p[0-9a-f]{12}$")
 
 
@@ -120,7 +125,7 @@ def open_corpus(
     if spec.kind == DISTRACTOR:
         if questions is None:
             if data is None:
-                raise ValueError("--corpus distractor retrieves from the questions' paragraphs: give --data")
+                raise ValueError(NO_DATA.format(corpus=DISTRACTOR, what="the questions' own paragraphs"))
             folder = factory.dataset_index(data, fmt, kinds=kinds, progress=progress, dense=dense)
             n = len(folder)
             return CorpusChoice(DISTRACTOR, f"distractor: every paragraph of {data} ({n} passages)", folder)
@@ -129,7 +134,7 @@ def open_corpus(
     if spec.kind == POOLED:
         files = [f for f in (data, *more_data) if f is not None]
         if not files:
-            raise ValueError("--corpus pooled pools the question file's paragraphs: give --data")
+            raise ValueError(NO_DATA.format(corpus=POOLED, what="every paragraph of the question file"))
         files = list(dict.fromkeys(files))  # --eval-data may be --data
         name = POOLED_NAME.format(files=" + ".join([*files, *spec.paths]))
         if len(files) == 1 and not spec.paths:  # the file alone: the cache of every earlier run
