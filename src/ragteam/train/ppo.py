@@ -302,14 +302,14 @@ def train_ppo(cfg: PPOConfig) -> Path:
             with warnings.catch_warnings():  # "scheduler stepped before optimizer": intended here
                 warnings.simplefilter("ignore", UserWarning)
                 trainer.scheduler.step()  # every act skipped: nothing to learn, the schedule still advances
-        trainer.kl.update(step.kl_mean, 1)
         trainer.state["iteration"] = it + 1  # updates done
 
         with timer("evaluate"):
             due = bool(cfg.eval_every) and (it + 1) % cfg.eval_every == 0
             step.eval = evaluate(trainer) if due or last else {}
 
-        row = iteration_row(trainer, step)
+        row = iteration_row(trainer, step)  # its kl_beta: the beta this iteration ran at
+        trainer.kl.update(step.kl_mean, 1)  # the next one's, which the checkpoint keeps
         with timer("checkpoint"):
             if (it + 1) % cfg.save_every == 0 or last:
                 save_checkpoint(trainer, it + 1, row)
