@@ -5,7 +5,9 @@
     ragteam train ppo ... --resume          # continue after the newest checkpoint
 
 Recipes: c3po (tree rollouts, Monte Carlo credit), mmoa (shared F1 + penalties, Table 2 settings), gym
-(Re2Search actor), c3po-no-tree (the ablation). Any setting of the recipe can be overridden by a flag.
+(Re2Search actor), c3po-no-tree (the ablation). Each recipe runs its paper's profile (`--profile paper`:
+lengths, candidates, top-k, fusion, last step) and retrieves from the pooled corpus (`--corpus pooled`); any
+setting of the recipe or the profile can be overridden by a flag, and OUT/config.yaml records every value.
 The phases and the output folder are described in `ragteam.train.ppo`.
 """
 
