@@ -85,7 +85,8 @@ def test_train_ppo_reports_each_iteration_to_the_offline_run(offline, hotpot_sma
 
     out = train_ppo(tiny_cfg(hotpot_small, tmp_path / "ppo", iterations=2, report_to="wandb"))
     records = _wandb_records(out)
-    for key in (b"reward/f1", b"roles/selector/kl", b"train/policy_loss", b"kl_beta"):
+    for key in (b"reward/f1", b"credit/act", b"credit/episode", b"acts/trained", b"roles/selector/kl",
+                b"train/policy_loss", b"kl_beta"):  # fmt: skip
         assert key in records, key  # the log row's numbers, as in TensorBoard
     assert b"questions_per_iteration" in records  # the resolved config
     assert (out / "wandb-run-id").read_text().strip()
