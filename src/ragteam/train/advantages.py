@@ -8,11 +8,11 @@ One contract for all of them (verl's shape: small pure functions over per-sample
 B samples (acts), T token positions; `mask` is 1 on trained completion tokens. `token_rewards` holds the
 act's credit at its last token and, when the KL sits in the reward (`--ppo.kl-in reward`), -beta * KL at
 every token (`losses.token_rewards`), so an act's score s_a is the masked sum of its row. The ids come from
-the rollout (`experience.group_ids`): `index`, one question group and role (the K episodes of a question,
+the rollout (`train/groups.group_ids`): `index`, one question group and role (the K episodes of a question,
 `--rollout.group-size K`); `episodes`, the episode (one tree) each act belongs to; `siblings`, one parent
 node in one episode (the branches of a fork: C-3PO's forced strategies, K(t) samples, keep-one-of-N
 candidates), -1 where nothing forked; `leaves`, the answer leaves below each act and their rewards
-(`experience.LeafTable`). Returns are what a critic regresses to; estimators without a critic return their
+(`LeafTable`, below). Returns are what a critic regresses to; estimators without a critic return their
 advantages there (unused). Everything runs without gradient; outputs are 0 where masked.
 
 Episode-level groups. A group estimator's statistics count every episode once, whatever its number of acts:
@@ -422,7 +422,7 @@ def tree_grpo(
     """
     if leaves is None or leaves.member.shape[-1] == 0:
         raise ValueError(
-            "tree_grpo reads the answer leaves below each act (experience.group_ids(samples).leaves, from "
+            "tree_grpo reads the answer leaves below each act (train/groups.group_ids(samples).leaves, from "
             "Sample.outcomes, which samples_from_episodes records): none were given"
         )
     with torch.no_grad():
