@@ -67,3 +67,19 @@ def test_eval_retrieval_table_and_k(hotpot_small, hotpot_small_index, capsys):
 def test_eval_retrieval_refuses_files_without_supporting_paragraphs(shared_data, capsys):
     assert main(["eval-retrieval", "--data", str(shared_data / "triviaqa-test-1000.jsonl")]) == 1
     assert "supporting paragraphs" in capsys.readouterr().err
+
+
+def test_eval_retrieval_on_a_joined_corpus_finds_no_more_than_on_the_file(hotpot_small, shared_data, capsys):
+    """`--corpus pooled+FILE`: the Wikipedia sample's 1,000 passages join the file's; the gold paragraphs are
+    the same, among more distractors, so BM25's recall cannot rise. Other corpora are refused by name."""
+    args = ["eval-retrieval", "--data", str(hotpot_small), "--k", "5", "--kinds", "bm25", "--json"]
+    assert main(args) == 0
+    alone = json.loads(capsys.readouterr().out)["bm25"]
+    wiki = shared_data / "wiki18-sample-1000.jsonl"
+    assert main([*args, "--corpus", f"pooled+{wiki}"]) == 0
+    captured = capsys.readouterr()
+    joined = json.loads(captured.out)["bm25"]
+    assert "wiki18-sample-1000.jsonl" in captured.err and "passages" in captured.err
+    assert joined["support_recall@5"] <= alone["support_recall@5"]
+    assert main([*args, "--corpus", str(wiki)]) == 1
+    assert "only pooled corpora keep" in capsys.readouterr().err

@@ -2,9 +2,10 @@
 
     ragteam eval-retrieval --data hotpotqa-dev-500.jsonl --k 10 --json
 
-The corpus is the paragraphs pooled from every record of the file (deduplicated by title+text), so a
-question's supporting paragraphs compete with all the other questions' paragraphs; its indexes are built
-once and cached under $RAGTEAM_HOME/indexes. `recall@k`: a question counts only when ALL its supporting
+The corpus (`--corpus`, spelled as every command spells it) is by default `pooled`: the paragraphs pooled from
+every record of the file (deduplicated by title+text), so a question's supporting paragraphs compete with all
+the other questions' paragraphs; `pooled+FILE` joins a passage file (a Wikipedia sample), `pooled:DIR` pools a
+folder. Its indexes are built once and cached under $RAGTEAM_HOME/indexes. `recall@k`: a question counts only when ALL its supporting
 paragraphs are in the top k; `support_recall@k`: the fraction of supporting paragraphs found. `--json` prints
 `{"bm25": {"recall@10": ..., "support_recall@10": ...}, "dense": {...}, "hybrid": {...}}`.
 """
@@ -40,14 +41,21 @@ with warnings.catch_warnings():
         fusion: Literal["convex", "rrf"] = Field("convex", description="hybrid fusion method")
         dense_weight: float = Field(0.4, ge=0.0, le=1.0, description="hybrid: weight of the dense list")
         depth: int = Field(100, ge=1, description="hybrid: candidates per retriever before fusion")
+        corpus: str = Field(
+            "pooled",
+            description="the corpus searched: pooled (every paragraph of --data), pooled+FILE[+FILE] (joined "
+            "with passage or benchmark files), pooled:DIR (every benchmark and corpus file of a folder); "
+            "passages keep content ids, the ids the supporting paragraphs are named by",
+        )
         json: bool = Field(False, description="print only the JSON object of recalls")
 
 
 def run(cfg: Config) -> int:
     from ragteam.data.questions import read_questions
+    from ragteam.eval.corpus import open_corpus, parse_corpus
     from ragteam.retrieval.config import RetrieverConfig
     from ragteam.retrieval.evaluate import evaluate_retriever
-    from ragteam.retrieval.factory import KIND_NEEDS, dataset_index, retriever_from_index
+    from ragteam.retrieval.factory import KIND_NEEDS, retriever_from_index
 
     qset = read_questions(cfg.data, cfg.format, skip_bad=cfg.skip_bad)
     if qset.skipped:
@@ -56,8 +64,16 @@ def run(cfg: Config) -> int:
         raise ValueError(
             f"{cfg.data}: no {qset.format} record names supporting paragraphs; nothing to evaluate"
         )
+    spec = parse_corpus(cfg.corpus)
+    if spec.kind not in ("pooled", "folder"):
+        raise ValueError(
+            f"--corpus {cfg.corpus}: eval-retrieval matches supporting paragraphs by their content ids, which "
+            "only pooled corpora keep (pooled, pooled+FILE, pooled:DIR); `ragteam eval --corpus` measures any "
+            "corpus by content in its report"
+        )
     needed = sorted({part for kind in cfg.kinds for part in KIND_NEEDS[kind]})
-    folder = dataset_index(cfg.data, qset.format, kinds=needed, questions=qset.questions)
+    corpus = open_corpus(spec, cfg.data, qset.format, qset.questions, needed)
+    folder = corpus.index
     report: dict[str, dict[str, float]] = {}
     details: dict[str, dict] = {}
     for kind in cfg.kinds:
@@ -68,7 +84,7 @@ def run(cfg: Config) -> int:
     n = next(iter(details.values()))
     print(
         f"{cfg.data} ({qset.format}): {n['questions']} questions with supporting paragraphs "
-        f"({n['skipped']} without), pooled corpus of {len(folder)} passages, index {folder.path}",
+        f"({n['skipped']} without), {corpus.name}: {len(folder)} passages, index {folder.path}",
         file=sys.stderr,
     )
     if cfg.json:
