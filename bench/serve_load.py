@@ -22,7 +22,12 @@ whatever code the `ragteam` command imports (`PYTHONPATH=SNAPSHOT/src` runs an o
          then emoji, the most tokens per character; the team cuts it to its model's context).
      Each pathological request's status is counted: 200, or a 4xx naming a limit, are both acceptable;
      a good request that fails is not.
-  3. `serve retriever` only (the bad-input phase of the bench/retriever_load.py this replaces): 16 kinds of
+  3. `serve llm` only, huge-prompt (issue 33): the same good clients, plus `clients // batch` clients (at
+     least 1) sending a 3.9 MB prompt (under the 4 MB body limit, far over the context) back to back. Each
+     must be refused 400; the server decides that before its model thread sees the prompt
+     (`ragteam.serve.llm_prompt`), so good requests' p95 must stay within `HUGE_P95_RATIO` (2x) of calm.
+     Before, the prompt was tokenized in the decoding thread for seconds, and every request waited.
+  4. `serve retriever` only (the bad-input phase of the bench/retriever_load.py this replaces): 16 kinds of
      bad input, each must get a 4xx JSON answer, and a normal request after them must succeed.
 
 Memory: the server's peak resident set per phase (/proc/PID/status VmHWM, reset between phases through
@@ -35,8 +40,8 @@ kernel kills it before anyone else's job).
 Printed: a table per server and phase (requests, good failures, p50/p95 latency, the ratio p95 pathological /
 p95 calm measured side by side in one run, the pathological requests' status codes, requests per batch from
 /health, peak RSS); every failing good request with its status and body, and the tail of the server's log.
-Exit status 0 only when no good request failed, no server died, every peak RSS is within the bound and the
-bad-input phase passed.
+Exit status 0 only when no good request failed, no server died, every peak RSS is within the bound, the
+huge-prompt phase's p95 is within 2x of calm and the bad-input phase passed.
 
     nice -n 19 .venv/bin/python bench/serve_load.py                      # all three servers, tiny model
     nice -n 19 .venv/bin/python bench/serve_load.py --servers llm --model smollm2 --requests 2
@@ -73,6 +78,8 @@ REQUESTS = {"retriever": 25, "llm": 4, "team": 2}  # per good client and phase, 
 RETRIEVER_BATCH = 512  # `serve retriever --max-batch`: queries per batched search (its default)
 FILLER = " the river flows"  # the llm's filler unit: 4 tokens of the tiny model's BPE, 3 of SmolLM2's
 EMOJI = "\U0001f600"
+HUGE_PROMPT = FILLER * 243_750  # 3.9 MB of text: under `serve llm`'s 4 MB body limit, far over any context
+HUGE_P95_RATIO = 2.0  # good requests' p95 beside huge prompts, at most this times calm
 
 
 class Server:
@@ -181,6 +188,7 @@ class Target:
     batch: int  # requests one batch holds when the server is full (for "one pathological per batch")
     good: Callable[[random.Random], tuple[dict, Callable[[httpx.Response], str]]]
     pathological: list[tuple[str, dict]] = field(default_factory=list)  # (kind, body), sent in turn
+    huge: list[tuple[str, dict]] = field(default_factory=list)  # the huge-prompt phase's requests (llm)
 
 
 def _ok_json(r: httpx.Response) -> dict | None:
@@ -253,7 +261,8 @@ def llm_target(args: argparse.Namespace, questions: list[str]) -> Target:
         return {"messages": messages, "max_tokens": args.max_tokens, "temperature": 0}, chat_check
 
     args_ = ["--model", args.model, "--threads", "1", "--max-batch-size", str(args.llm_batch)]
-    return Target("llm", "/v1/chat/completions", args_, args.llm_batch, good)
+    huge = {"messages": [{"role": "user", "content": HUGE_PROMPT}], "max_tokens": args.max_tokens}
+    return Target("llm", "/v1/chat/completions", args_, args.llm_batch, good, huge=[("3.9 MB prompt", huge)])
 
 
 def llm_pathological(base: str, max_tokens: int) -> list[tuple[str, dict]]:
@@ -378,7 +387,8 @@ async def run_phase(server: Server, target: Target, phase: str, args: argparse.N
     """`--clients` good clients to the end of their requests; in the pathological phase, beside them,
     clients sending pathological requests back to back until the good ones are done."""
     requests = args.requests or REQUESTS[target.name]
-    extra = max(1, args.clients // target.batch) if phase == "pathological" else 0
+    extra = max(1, args.clients // target.batch) if phase != "calm" else 0
+    sent = target.huge if phase == "huge-prompt" else target.pathological
     result = PhaseResult(target.name, phase, args.clients + extra)
     base, done = server.url + target.route, asyncio.Event()
 
@@ -400,7 +410,7 @@ async def run_phase(server: Server, target: Target, phase: str, args: argparse.N
         async with httpx.AsyncClient(timeout=args.timeout) as c:
             i = k
             while not done.is_set():
-                kind, body = target.pathological[i % len(target.pathological)]
+                kind, body = sent[i % len(sent)]
                 i += 1
                 try:
                     r = await c.post(base, json=body)
@@ -500,13 +510,14 @@ def bench_server(target: Target, args: argparse.Namespace) -> tuple[list[PhaseRe
         if target.name == "llm":
             target.pathological = llm_pathological(server.url, args.max_tokens)
         check_limits(server.url, target)
-        for phase in ("calm", "pathological"):
+        for phase in ("calm", "pathological", *(["huge-prompt"] if target.huge else [])):
             r = asyncio.run(run_phase(server, target, phase, args))
             results.append(r)
             print(f"  {target.name} {phase}: {r.requests} requests in {r.seconds:.0f} s", file=sys.stderr)
             if not r.alive:
                 problems.append(f"{target.name} died in the {phase} phase (exit {server.proc.returncode})")
                 break
+        problems += huge_prompt_problems(results)
         if target.name == "retriever" and server.alive:
             problems += [f"retriever bad input: {f}" for f in abuse_phase(server)]
         if any(r.failures for r in results) or problems:
@@ -514,6 +525,24 @@ def bench_server(target: Target, args: argparse.Namespace) -> tuple[list[PhaseRe
     finally:
         server.stop()
     return results, problems
+
+
+def huge_prompt_problems(results: list[PhaseResult]) -> list[str]:
+    """The huge-prompt phase's findings: a huge prompt answered other than 400, or good requests' p95 over
+    `HUGE_P95_RATIO` times calm."""
+    calm = next((r for r in results if r.phase == "calm"), None)
+    problems = []
+    for r in results:
+        if r.phase != "huge-prompt" or calm is None:
+            continue
+        if other := [k for k in r.pathological if not k.endswith(" 400")]:
+            problems.append(f"{r.server} huge-prompt: answered {', '.join(other)} (each must be a 400)")
+        if r.pct(95) > HUGE_P95_RATIO * calm.pct(95):
+            problems.append(
+                f"{r.server} huge-prompt: good p95 {r.pct(95):,.0f} ms is over {HUGE_P95_RATIO:g}x calm's "
+                f"{calm.pct(95):,.0f} ms"
+            )
+    return problems
 
 
 def table(results: list[PhaseResult], bound_mb: float) -> str:
