@@ -28,10 +28,11 @@ timings steady when other jobs share the cores (with two, a decode step waits on
 iteration (Selector + Generator, `--grpo-questions` questions x `--group-size` 8 members, temperature 1, top-p
 0.9; replies capped at `--grpo-max-tokens` 16, the length of the SFT policy's: the base model would ramble
 where the trained one answers in a few words), a C-3PO tree (`--rollout.forks c3po`: the router's three strategies, then K=2 to depth 4) and a RAG-Gym
-Re2Search episode (up to 10 steps). Each runs with the cache off (`--rollout.prefix-cache-mb 0`: today's
-engine, identical prompts of one batch still prefilled once) and on, each from an empty cache (a training
-iteration starts with one: the weights changed), the same seeds, side by side: prompt tokens, prefilled
-tokens, the share prefilled, wall time, episodes per hour, and whether the sampled tokens were the same.
+Re2Search episode (up to 10 steps). Each runs under each of `--arms`: `off` (`--rollout.prefix-cache-mb 0`,
+the engine before the cache: identical prompts of one batch still prefilled once), `on` (the cache), `none`
+(no sharing at all: every prompt prefilled from scratch), each from an empty cache (a training iteration
+starts with one: the weights changed), the same seeds, side by side: prompt tokens, prefilled tokens, the
+share prefilled, wall time, episodes per hour, and whether the sampled tokens were the same.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/rollout.py --mode prefix   # ~15 minutes on 2 busy cores
 """
@@ -332,12 +333,21 @@ def prefix_workloads(args: argparse.Namespace) -> list[tuple[str, dict, int]]:
     return out
 
 
-def prefix_run(engine, workflow, questions, models, mb: float) -> dict:
-    """One rollout from an empty prefix cache of `mb` MB (0: off): seconds, episodes, every model's prefill
-    counts, and the policy's sampled tokens (to compare with the other run)."""
+ARMS = {  # name: (share_prefill, prefix cache on)
+    "none": (False, False),  # every prompt prefilled from scratch, even a group's identical ones
+    "off": (True, False),  # today's engine before the cache: identical prompts of one batch prefilled once
+    "on": (True, True),  # the prefix cache
+}
+
+
+def prefix_run(engine, workflow, questions, models, arm: str, mb: float) -> dict:
+    """One rollout of `arm` (`ARMS`) from an empty prefix cache: seconds, episodes, every model's prefill
+    counts, and the sampled tokens (to compare with the other arms)."""
+    share, cached = ARMS[arm]
     for m in models:
         m.set_prefix_cache(0)  # empty, as after a weight update
-    engine.config = engine.config.model_copy(update={"prefix_cache_mb": mb})
+        m.share_prefill = share
+    engine.config = engine.config.model_copy(update={"prefix_cache_mb": mb if cached else 0})
     t0 = time.perf_counter()
     report = engine.run(workflow, questions)
     seconds = time.perf_counter() - t0
@@ -346,8 +356,10 @@ def prefix_run(engine, workflow, questions, models, mb: float) -> dict:
     ]
     steps = [len(ep.policy_nodes()) for ep in report.episodes]
     return {
+        "arm": arm,
         "seconds": seconds,
         "episodes": len(report.episodes),
+        "episodes_per_hour": len(report.episodes) / seconds * 3600,
         "failed": report.failed,
         "acts": sum(steps),
         "max_acts": max(steps, default=0),
@@ -357,8 +369,8 @@ def prefix_run(engine, workflow, questions, models, mb: float) -> dict:
 
 
 def prefix_bench(args: argparse.Namespace) -> int:
-    """The prefix cache off and on over each workload (module docstring); prints the table, exits 1 when a
-    run's sampled tokens differ."""
+    """Each workload under each arm (module docstring); prints the table, exits 1 when an arm's sampled tokens
+    differ from the first arm's."""
     import torch
 
     from ragteam.assemble.build import build_team
@@ -375,36 +387,36 @@ def prefix_bench(args: argparse.Namespace) -> int:
                          llm={"model": args.model, "max_batch_size": 64})  # fmt: skip
         team = build_team(cfg, data=str(args.data), policy=policy)
         models = [m for m in (policy, team.llm) if m is not None]
-        qs = questions[:n]
-        runs = {
-            mb: prefix_run(team.engine, team.workflow, qs, models, mb) for mb in (0, args.prefix_cache_mb)
-        }
-        off, on = runs[0], runs[args.prefix_cache_mb]
-        same = off["tokens"] == on["tokens"]
-        mismatched += not same
-        row = {"workload": title, "questions": n, "same_tokens": same}
-        for key, run in (("off", off), ("on", on)):
-            row[key] = {k: v for k, v in run.items() if k != "tokens"}
-            row[key]["episodes_per_hour"] = run["episodes"] / run["seconds"] * 3600
-        row["speedup"] = off["seconds"] / on["seconds"]
-        rows.append(row)
-        print(
-            f"{title}: off {off['seconds']:.1f} s, on {on['seconds']:.1f} s, same tokens: {same}", flush=True
-        )
+        runs = []
+        for arm in args.arms:
+            runs.append(
+                prefix_run(team.engine, team.workflow, questions[:n], models, arm, args.prefix_cache_mb)
+            )
+            print(f"{title}, {arm}: {runs[-1]['seconds']:.1f} s", flush=True)
+        for run in runs:
+            same = run["tokens"] == runs[0]["tokens"]
+            mismatched += not same
+            rows.append(
+                {
+                    "workload": title,
+                    "questions": n,
+                    "same_tokens": same,
+                    "speedup": runs[0]["seconds"] / run["seconds"],
+                }
+                | {k: v for k, v in run.items() if k != "tokens"}
+            )
     print()
     print(
-        "| workload | episodes (acts) | model | prompt tokens | prefilled off | prefilled on | share off | "
-        "share on | s off | s on | episodes/h off | episodes/h on | speedup | same tokens |"
+        f"| workload | arm | episodes (acts) | model | prompt tokens | prefilled | share prefilled | s | "
+        f"episodes/h | x {args.arms[0]} | same tokens |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        for model in r["on"]["prefill"]:
-            a, b = r["off"]["prefill"][model], r["on"]["prefill"][model]
+        for model, p in r["prefill"].items():
             print(
-                f"| {r['workload']} | {r['on']['episodes']} ({r['on']['acts']}) | {model} | {b['prompt_tokens']} | "
-                f"{a['prefill_tokens']} | {b['prefill_tokens']} | {a['prefilled']:.2f} | {b['prefilled']:.2f} | "
-                f"{r['off']['seconds']:.1f} | {r['on']['seconds']:.1f} | {r['off']['episodes_per_hour']:.0f} | "
-                f"{r['on']['episodes_per_hour']:.0f} | {r['speedup']:.2f}x | {'yes' if r['same_tokens'] else 'no'} |"
+                f"| {r['workload']} | {r['arm']} | {r['episodes']} ({r['acts']}) | {model} | {p['prompt_tokens']} | "
+                f"{p['prefill_tokens']} | {p['prefilled']:.2f} | {r['seconds']:.1f} | {r['episodes_per_hour']:.0f} | "
+                f"{r['speedup']:.2f} | {'yes' if r['same_tokens'] else 'no'} |"
             )
     if args.json is not None:
         meta = {
@@ -417,6 +429,7 @@ def prefix_bench(args: argparse.Namespace) -> int:
             "policy_max_tokens": args.policy_max_tokens,
             "llm_max_tokens": args.llm_max_tokens,
             "group_size": args.group_size,
+            "arms": args.arms,
         }
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2), encoding="utf-8")
     return 1 if mismatched else 0
@@ -459,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--workloads", nargs="+", choices=["grpo", "tree", "gym"], default=["grpo", "tree", "gym"]
+    )
+    ap.add_argument(
+        "--arms", nargs="+", choices=list(ARMS), default=["off", "on"], help="prefix mode: what to compare"
     )
     ap.add_argument("--group-size", type=int, default=8, help="prefix mode: GRPO group size")
     ap.add_argument(
