@@ -153,9 +153,9 @@ EVAL_CORPUS=$(corpus_for "$EVAL_HELP" "$W/index-heldout")
 # Tree-GRPO (issue 29) where it is registered, else the node-sibling estimator it replaced
 TREE_ADV=${TREE_ADV:-$(grep -qw tree_grpo <<<"$PPO_HELP" && echo tree_grpo || echo tree)}
 LORA_FLAG=""; [ "$LORA" = 1 ] && LORA_FLAG="--ppo.lora"
-EV="--data $H --offset 0 --limit $EVAL_LIMIT $EVAL_CORPUS --rollout.max-concurrent $EVAL_BATCH
-  --policy.max-batch-size $EVAL_BATCH --policy.dtype float32 --llm.model $LLM --llm.max-batch-size $EVAL_BATCH
-  --no-progress"
+EV="--data $H --offset 0 --limit $EVAL_LIMIT $EVAL_CORPUS --rollout.temperature 0
+  --rollout.max-concurrent $EVAL_BATCH --policy.max-batch-size $EVAL_BATCH --policy.dtype float32
+  --llm.model $LLM --llm.max-batch-size $EVAL_BATCH --no-progress"
 PPO_COMMON="--data $D --seed 0 --rollout.seed 0 --policy.dtype float32 --no-ppo.bf16 --ppo.epochs 2
   --ppo.clip 0.2 --ppo.lr-schedule constant --ppo.warmup-iterations 0
   --$([ "$UNINFORMATIVE" = skip ] || echo no-)ppo.skip-uninformative
@@ -272,7 +272,7 @@ leg_gym() {
     --ppo.advantage gae --ppo.credit process --ppo.process-reward critic --ppo.reward f1 \
     --ppo.normalize global $(if_has "$PPO_HELP" --ppo.kl-in reward) --no-ppo.shared-critic \
     --ppo.gamma 1.0 --ppo.lam 0.95 --ppo.vf-coef 0.1 --ppo.lr "$GYM_LR" --ppo.critic-lr 1e-5 \
-    --ppo.kl-beta 0.05 --ppo.kl-beta-min 0.05 --ppo.kl-beta-max 0.05 --ppo.target-kl 0.1 \
+    --ppo.kl-estimator k1 --ppo.kl-beta 0.05 --ppo.kl-beta-min 0.05 --ppo.kl-beta-max 0.05 --ppo.target-kl 0.1 \
     --ppo.max-sample-tokens 4096
   stage gym eval-ppo $RT eval $G $EV --policy.model "$w/ppo" --out "$w/eval-ppo"
   compare gym compare eval-sft eval-ppo
