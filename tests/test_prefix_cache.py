@@ -292,3 +292,19 @@ def test_the_ppo_line_says_the_share_of_prompt_tokens_prefilled():
     }
     assert "prefilled 0.25 of 8000 prompt tokens" in iteration_line(row, "f1")
     assert "prefilled" not in iteration_line({**row, "prefill": {}}, "f1")
+
+
+def test_a_budget_smaller_than_the_batch_evicts_and_changes_no_token(models):
+    on, off = models
+    reqs = [
+        ChatRequest(_chat("Which documents mention the river?", f"Reader {i}. " * 8), Sampling(max_tokens=6))
+        for i in range(6)
+    ]
+    c = on.model.config
+    per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
+    room = 2 * len(on.prompt_ids(reqs[0].messages)) * per_token  # two of the six (they differ from the start)
+    small = LocalChatModel.from_model(on.model, on.tokenizer, max_batch_size=8, prefix_cache_mb=room / 2**20)
+    _same(small, off, reqs)
+    _same(small, off, reqs)  # what is left of the first call is read, the rest computed again
+    tree = small.prefix_cache
+    assert tree.evicted_tokens > 0 and 0 < tree.nbytes <= tree.budget_bytes
