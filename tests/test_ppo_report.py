@@ -134,7 +134,7 @@ def test_a_run_that_trains_nothing_warns_each_iteration_exits_1_and_keeps_its_ro
     # and `ragteam ask --episodes` shows their traces, every rollout of a question or one question's
     assert main(["ask", "--episodes", str(out / "rollouts" / "iteration-2.jsonl")]) == 0
     shown = capfd.readouterr().out
-    assert all(ep.question.question in shown for ep in episodes)
+    assert all(ep.question.question in shown and f"== episode {ep.id}" in shown for ep in episodes)
     assert main(["ask", "--episodes", str(out / "rollouts" / "iteration-2.jsonl"), "--id", "nope"]) == 1
     assert "no episode of question 'nope'" in capfd.readouterr().err
 

@@ -136,7 +136,7 @@ def show_episodes(path: str, question_id: str | None = None, prompts: bool = Fal
     from ragteam.rollout.traces import read_episodes
 
     shown = [
-        format_episode(ep, prompts=prompts)
+        f"== episode {ep.id}\n" + format_episode(ep, prompts=prompts)  # K rollouts of a question: <id>#<k>
         for ep in read_episodes(path)
         if question_id is None or ep.question.id == question_id
     ]
