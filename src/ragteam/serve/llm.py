@@ -233,7 +233,7 @@ def make_app(
             "max_batch_seen": batcher.max_batch_seen,
             "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
             "max_batch_tokens": getattr(model, "max_batch_tokens", None),  # the decoder's budget; None: none
-            "prompt_guard": None if guard is None else {"tokenized": guard.tokenized, "refused": guard.refused},
+            "prompt_guard": guard and {"tokenized": guard.tokenized, "refused": guard.refused},
         }
 
     @app.get("/v1/models")
