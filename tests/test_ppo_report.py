@@ -252,3 +252,23 @@ def test_extend_mds_credit_example_runs_as_written(monkeypatch) -> None:
     ep.add(Node(id=-1, parent=1, kind="policy", role="asker"))
     ep.add(Node(id=-1, parent=2, kind="answer", answer="a b", rewards={"f1": 0.5, "em": 0.0}))
     assert credit.get_credit("f1-minus-searches")(ep, "f1") == {0: pytest.approx(0.4), 2: pytest.approx(0.4)}
+
+
+def test_a_resumed_run_is_judged_with_its_earlier_iterations(tmp_path: Path) -> None:
+    """A resumed run whose new iterations trained nothing is no error when an earlier one trained (its
+    log.jsonl row, or a row from before rows counted acts: its samples)."""
+    from types import SimpleNamespace
+
+    from ragteam.train.ppo import earlier_acts
+
+    rows = [
+        {"iteration": 1, "samples": 5, "skipped": {}},
+        {"iteration": 2, "acts": act_counts(0, {"too_long": 3})},
+    ]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    resumed = SimpleNamespace(out=tmp_path, resume_from=tmp_path / "checkpoint-2")
+    acts = earlier_acts(resumed)
+    assert [a["trained"] for a in acts] == [5, 0]
+    assert nothing_trained([*acts, act_counts(0, {"too_long": 2})]) is None
+    assert nothing_trained([acts[1], act_counts(0, {"too_long": 2})]) is not None
+    assert earlier_acts(SimpleNamespace(out=tmp_path, resume_from=None)) == []  # a fresh run

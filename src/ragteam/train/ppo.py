@@ -41,6 +41,7 @@ running away, per role) `ppo_log.py`. Output in `--out`: the final policy (a mod
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import warnings
@@ -209,9 +210,9 @@ class NothingTrained(ValueError):
 
 
 def nothing_trained(acts: list[dict[str, Any]]) -> str | None:
-    """The error of a run whose every iteration (`acts`: each iteration's `act_counts`, this process's) trained
-    no act, with the reasons summed over the run; None when one did, or when no iteration ran (a resumed run
-    that was already complete)."""
+    """The error of a run whose every iteration (`acts`: each iteration's `act_counts`, a resumed run's earlier
+    ones included) trained no act, with the reasons summed over the run; None when one did, or when there is
+    no iteration."""
     if not acts or any(a["trained"] for a in acts):
         return None
     reasons: dict[str, int] = {}
@@ -230,6 +231,20 @@ def nothing_trained(acts: list[dict[str, Any]]) -> str | None:
         f"acts: {why}); the policy in the output folder is the initial one"
         + (f"; {hint[top]}" if top in hint else "")
     )
+
+
+def earlier_acts(trainer: Trainer) -> list[dict[str, Any]]:
+    """The act counts of the iterations a resumed run did before (its log.jsonl rows up to the checkpoint), so
+    that `nothing_trained` judges the whole run; a row written before rows counted acts says how many samples
+    it trained. [] for a fresh run."""
+    path = trainer.out / "log.jsonl"
+    if trainer.resume_from is None or not path.is_file():
+        return []
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return [
+        r.get("acts") or {"total": r.get("samples", 0), "trained": r.get("samples", 0), "skipped": {}}
+        for r in rows
+    ]
 
 
 def keep_rollouts(trainer: Trainer, iteration: int, episodes: list[Episode]) -> Path | None:
@@ -262,13 +277,14 @@ def train_ppo(cfg: PPOConfig) -> Path:
     """Run (or resume) PPO as configured; returns the output folder holding the final policy (and critic).
 
     Raises `NothingTrained` (after writing the log, curves and policy, for inspection) when every iteration
-    this call ran left every act out of the update: a run that learned nothing does not end as a success."""
+    of the run (a resumed run's earlier ones included) left every act out of the update: a run that learned
+    nothing does not end as a success."""
     from ragteam.train.curves import write_curves
 
     cfg = with_recipe(cfg)
     trainer = start(cfg)
     started = time.perf_counter()
-    acts: list[dict[str, Any]] = []  # each iteration's act_counts: a run that trained nothing is an error
+    acts = earlier_acts(trainer)  # each iteration's act_counts: a run that trained nothing is an error
     for it in range(trainer.state["iteration"], cfg.iterations):
         timer = PhaseTimer()
         step = Iteration(it, tuple(g["lr"] for g in trainer.optimizer.param_groups))  # the update steps them
