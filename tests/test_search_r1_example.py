@@ -199,7 +199,14 @@ def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
         ppo={"advantage": advantage, "lr": 1e-4, "max_sample_tokens": tokens, "micro_tokens": tokens,
              "minibatch_tokens": 2 * tokens},
     )  # fmt: skip
-    out = ragteam.train_ppo(cfg)
+    if advantage == "grpo":  # the tiny model never answers right: each group scored alike, nothing to train
+        from ragteam.train.ppo import NothingTrained
+
+        with pytest.raises(NothingTrained, match="uninformative_group"):  # an error, not "saved"
+            ragteam.train_ppo(cfg)
+        out = tmp_path / "ppo"  # the log, curves and (initial) policy are written for inspection
+    else:
+        out = ragteam.train_ppo(cfg)
     rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2]
     assert set(rows[-1]["roles"]) == {"agent"} and rows[-1]["roles"]["agent"]["n"] >= 2

@@ -112,7 +112,7 @@ def get_credit(name: str) -> CreditFn:
     try:
         return CREDITS[name]
     except KeyError:
-        raise ValueError(f"unknown credit {name!r}; known: {', '.join(credit_names())}") from None
+        raise ValueError(f"unknown credit {name!r}; known: {', '.join(sorted(credit_names()))}") from None
 
 
 def leaf_reward(leaf: Node, reward: RewardOf) -> float:
