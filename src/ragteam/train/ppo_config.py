@@ -35,7 +35,9 @@ def advantage_help() -> str:
         e = ESTIMATORS[name]
         if e.critic:
             return "a critic"
-        return f"groups: --rollout.group-size K{' or forks' if e.forks else ''}" if e.groups else "critic-free"
+        return (
+            f"groups: --rollout.group-size K{' or forks' if e.forks else ''}" if e.groups else "critic-free"
+        )
 
     names = ", ".join(f"{name} ({needs(name)})" for name in ESTIMATORS)
     return f"advantage estimator (train/advantages.py; register your own with ragteam.register_advantage): {names}"
@@ -293,6 +295,7 @@ class PPOConfig(TeamConfig):
 SAMPLING_TEMPERATURE = 1.0
 """The training rollouts' temperature when neither a flag nor the recipe sets one: PPO's ratio is a policy
 ratio only for acts sampled from the policy itself (greedy acts give it nothing to compare)."""
+
 
 def sample_token_limit(cfg: PPOConfig, context: int | None) -> int:
     """The longest act the rollout can make, prompt and reply: `--rollout.max-prompt-tokens` (or, when
