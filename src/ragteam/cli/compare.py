@@ -123,7 +123,7 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
     detectable = [
         f"{METRIC_LABELS.get(m, m)} {r['bootstrap']['detectable']:.1f}"
         for m, r in result["metrics"].items()
-        if m != "invalid" and r["bootstrap"].get("detectable") is not None
+        if m != "invalid" and r["bootstrap"].get("detectable")  # None or 0: no spread to judge by
     ]
     if detectable:
         line += (
