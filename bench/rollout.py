@@ -28,7 +28,7 @@ timings steady when other jobs share the cores (with two, a decode step waits on
 iteration (Selector + Generator, `--grpo-questions` questions x `--group-size` 8 members, temperature 1, top-p
 0.9; replies capped at `--grpo-max-tokens` 16, the length of the SFT policy's: the base model would ramble
 where the trained one answers in a few words), a C-3PO tree (`--rollout.forks c3po`: the router's three strategies, then K=2 to depth 4) and a RAG-Gym
-Re2Search episode (up to 10 steps). Each runs under each of `--arms`: `off` (`--rollout.prefix-cache-mb 0`,
+Re2Search episode (up to 10 steps; the actor's reasoning forced, its query sampled: `FormatFollowing`). Each runs under each of `--arms`: `off` (`--rollout.prefix-cache-mb 0`,
 the engine before the cache: identical prompts of one batch still prefilled once), `on` (the cache), `none`
 (no sharing at all: every prompt prefilled from scratch), each from an empty cache (a training iteration
 starts with one: the weights changed), the same seeds, side by side: prompt tokens, prefilled tokens, the
@@ -334,6 +334,52 @@ def prefix_workloads(args: argparse.Namespace) -> list[tuple[str, dict, int]]:
     return out
 
 
+class FormatFollowing:
+    """The policy as a trained Re2Search actor would reply: a fixed reasoning, then the structured output whose
+    query the model writes itself (a forced prefix, sampled up to the closing quote). The base SmolLM2 does not
+    follow Re2Search's format, so its first reply ends the episode; this keeps the workflow's prompts (what
+    the prefix cache sees: the history growing by a query and its summary each step) for up to 10 steps."""
+
+    FORCED = (
+        "### Step-by-step Reasoning\n- The history does not settle the question yet.\n"
+        "### Unverified Claim Identification\n- The next fact to look up is below.\n"
+        '### Structured Output\n```json\n{"predicted_answer": "unknown", "generated_query": "'
+    )
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def chat(self, requests):
+        import dataclasses
+
+        from ragteam.workflows.gym.prompts import ACTOR_SYSTEM
+
+        def actor(r) -> bool:
+            return not r.prefix and r.messages and r.messages[0].get("content") == ACTOR_SYSTEM
+
+        asked = [
+            dataclasses.replace(
+                r,
+                prefix=self.FORCED,
+                sampling=dataclasses.replace(
+                    r.sampling, stop=['"'], max_tokens=min(r.sampling.max_tokens, 24)
+                ),
+            )
+            if actor(r)
+            else r
+            for r in requests
+        ]
+        out = self.model.chat(asked)
+        for r, result in zip(requests, out):
+            if actor(r) and isinstance(result, list):
+                for c in result:
+                    c.text += '"}\n```'  # the closing the stop string cut
+        return out
+
+
 ARMS = {  # name: (share_prefill, prefix cache on)
     "none": (False, False),  # every prompt prefilled from scratch, even a group's identical ones
     "off": (True, False),  # today's engine before the cache: identical prompts of one batch prefilled once
@@ -394,7 +440,8 @@ def prefix_bench(args: argparse.Namespace) -> int:
     for title, fields, n in prefix_workloads(args):
         cfg = TeamConfig(**fields, policy={"model": args.model, "max_batch_size": 64},
                          llm={"model": args.model, "max_batch_size": 64})  # fmt: skip
-        team = build_team(cfg, data=str(args.data), policy=policy)
+        acting = FormatFollowing(policy) if cfg.workflow == "gym:re2search" else policy
+        team = build_team(cfg, data=str(args.data), policy=acting)
         models = [m for m in (policy, team.llm) if m is not None]
         by_arm: dict[str, list[dict]] = {arm: [] for arm in args.arms}
         for rep in range(max(1, args.repeats)):  # the arms alternate their order: neither always runs first
