@@ -87,6 +87,8 @@ def test_resume_runs_only_missing_questions(hotpot5, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["n"] == 4
     assert m["engine_calls"]["llm_requests"] == 2  # only questions 3 and 4 ran
+    llm = m["prefix_cache"]["llm"]  # the in-process LLM's prompt tokens, and how many its prefix cache spared
+    assert llm["prompt_tokens"] == m["engine_calls"]["llm_prompt_tokens"] > llm["prefill_tokens"] > 0
     ids = [json.loads(line)["question"]["id"] for line in lines]
     assert len(set(ids)) == 4
     # everything done: nothing runs, the reports are rewritten from the trace
