@@ -1,5 +1,5 @@
 """The prefill of `BatchedDecoder` (`ragteam.llm.decoder`): distinct inputs through the model in one left-padded
-batch, in chunks, each past the prefix the prefix cache holds of it; and the cache's settings and counters.
+batch, in chunks, each past the prefix the prefix cache holds of it; and the cache's setting.
 
 Chunked prefill. The token budget bounds the KV cache, not the prefill's working memory: one pass over an
 n-token input holds every layer's activations for all n positions at once, attention scores n x n per head
@@ -19,11 +19,13 @@ count the row's own tokens, so a row may have masked columns in the middle. Each
 token and its forced prefix to compute (their logits are needed), and puts its whole input in the tree after
 its prefill. Prefixes that several distinct inputs of one batch share and the tree lacks (the members of a
 group after their first act, a fork's children with different forced prefixes) are prefilled first, once
-(`shared_stems`). Identical inputs still prefill once and are copied (`ragteam.llm.decoder`, shared prefill): one mechanism,
-the tree generalizing it across batches, turns and group members. The tokens are the same as without the
-cache, the log-probs equal up to float round-off (tests/test_prefix_cache.py). `stats` adds `prompt_tokens`
-(every row's input, what a cache-less engine would prefill), `cached_tokens` (read from the tree) and
-`prefill_tokens` counts what was computed, stems included.
+(`shared_stems`). Identical inputs still prefill once and are copied (`ragteam.llm.decoder`, shared
+prefill): one mechanism, the tree generalizing it across batches, turns and group members. Tokens and
+log-probs are those without the cache up to float round-off, as between two batch shapes
+(tests/test_prefix_cache.py; ~1e-5 on SmolLM2, where a sampled token can rarely flip). `stats` adds
+`prompt_tokens` (every row's input, what a cache-less engine would prefill), `cached_tokens` (read from the
+tree) and `prefill_tokens` counts what was computed, stems included; pads are never counted, though a batch
+without the cache computes them too (every row is padded to the longest input).
 """
 
 from __future__ import annotations
