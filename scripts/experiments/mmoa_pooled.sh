@@ -8,7 +8,7 @@
 #
 # Stages, each in its own folder under $WORK: the held-out file (heldout.sh), SFT data from MMOA-RAG's heuristic
 # labels on HotpotQA-500 questions 0-399 retrieved from the pooled corpus, SFT, greedy evals of the untrained
-# and the SFT policy on the first EVAL_LIMIT held-out questions (pooled over the held-out file), the paired
+# and the SFT policy (side by side) on the first EVAL_LIMIT held-out questions (pooled over the held-out file), the paired
 # comparison. A stage whose output exists is not run again (resume after an interruption by re-running).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,14 +38,19 @@ if [ ! -d "$SFT" ]; then
   $RT train sft --data "$W/sft-data/sft.jsonl" --out "$W/sft" --init "$POLICY" --max-steps "$SFT_STEPS" \
     --batch-size 4 --save-steps "$SFT_STEPS" --max-length 2048 --no-progress >"$W/sft.log" 2>&1
 fi
-for arm in untrained sft; do  # eval resumes a partial episodes.jsonl by itself
+# Both arms side by side, one torch thread each (2 cores): an interruption leaves them at the same question, and
+# a re-run resumes each eval's episodes.jsonl where it stopped.
+pids=()
+for arm in untrained sft; do
   model=$POLICY; [ $arm = sft ] && model=$SFT
   if [ ! -f "$W/eval-$arm/metrics.json" ]; then
     stamp "eval: $arm"
-    /usr/bin/time -f "%e s wall" $RT eval $E --policy.model "$model" --out "$W/eval-$arm" --no-progress \
-      >"$W/eval-$arm.log" 2>&1
+    /usr/bin/time -f "eval $arm: %e s wall" $RT eval $E --policy.model "$model" --policy.threads 1 \
+      --out "$W/eval-$arm" --no-progress >>"$W/eval-$arm.log" 2>&1 &
+    pids+=($!)
   fi
 done
+for p in "${pids[@]}"; do wait "$p"; done
 stamp "paired comparison"
 $RT compare "$W/eval-untrained" "$W/eval-sft" | tee "$W/compare.txt"
 $RT compare "$W/eval-untrained" "$W/eval-sft" --json >"$W/compare.json"
