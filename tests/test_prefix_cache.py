@@ -308,3 +308,9 @@ def test_a_budget_smaller_than_the_batch_evicts_and_changes_no_token(models):
     _same(small, off, reqs)  # what is left of the first call is read, the rest computed again
     tree = small.prefix_cache
     assert tree.evicted_tokens > 0 and 0 < tree.nbytes <= tree.budget_bytes
+
+
+def test_prefill_passes_bound_the_padding_by_suffix_length(models):
+    on, off = models
+    assert on._prefill_passes([600, 1, 300, 290, 1]) == [[0, 2], [3], [1, 4]]  # each pass: shortest >= half
+    assert off._prefill_passes([600, 1, 300]) == [[0, 1, 2]]  # without a cache: one pass, as before

@@ -309,9 +309,8 @@ class BatchedDecoder(Prefill):
         first, group = group_rows([r.inputs for r in rows]) if self.share_prefill else _ungrouped(len(rows))
         inputs = [rows[i].inputs for i in first]
         forced_of = [rows[i].forced for i in first]
-        ids, attn, pos, past, cached = self._prefill_inputs(inputs, forced_of)
-        width = ids.shape[1]
-        forced = max(forced_of)
+        hits = self._prefill_hits(inputs, forced_of)
+        cached = [m for m, _ in hits]
         # A row's forced prefix is the end of its inputs: its f tokens are predicted by the f columns before the
         # last. A constrained row scores its prefix under its whitelist (rows sharing an input may differ in
         # that), so each (input, whitelist) is scored once, chunk by chunk as the logits come.
@@ -320,33 +319,50 @@ class BatchedDecoder(Prefill):
         }
         prefix_lp: dict[tuple[int, tuple[int, ...] | None], list[float]] = {key: [] for key in keys}
 
-        def score(col: int, logits: torch.Tensor) -> None:
-            """Score the prefix tokens that logits [G, k, V], the predictions of columns col .. col + k - 1,
-            predict."""
-            for key, allowed in keys.items():
-                g = key[0]
-                lo, hi = max(col, width - 1 - rows[first[g]].forced), min(col + logits.shape[1], width - 1)
-                if lo >= hi:
-                    continue
-                logits_g = logits[g, lo - col : hi - col]
-                if allowed is not None:
-                    table = torch.tensor([allowed], dtype=torch.long, device=dev)
-                    logits_g = mask_logits(logits_g, whitelist_mask(table, logits_g.shape[-1]))
-                prefix_lp[key] += gather_logprobs(logits_g, ids[g, lo + 1 : hi + 1]).tolist()
+        def scorer(part: list[int], ids: torch.Tensor) -> Callable[[int, torch.Tensor], None]:
+            """The scoring of the pass over the distinct inputs `part` (its suffixes' ids [P, width])."""
+            width = ids.shape[1]
+            mine = [
+                (j, key, allowed) for j, g in enumerate(part) for key, allowed in keys.items() if key[0] == g
+            ]
 
-        cache, logits = self._prefill_forward(ids, attn, pos, forced + 1, score, past)
+            def score(col: int, logits: torch.Tensor) -> None:
+                """Score the prefix tokens that logits [P, k, V], the predictions of columns col .. col + k - 1,
+                predict."""
+                for j, key, allowed in mine:
+                    lo, hi = max(col, width - 1 - forced_of[key[0]]), min(col + logits.shape[1], width - 1)
+                    if lo >= hi:
+                        continue
+                    logits_g = logits[j, lo - col : hi - col]
+                    if allowed is not None:
+                        table = torch.tensor([allowed], dtype=torch.long, device=dev)
+                        logits_g = mask_logits(logits_g, whitelist_mask(table, logits_g.shape[-1]))
+                    prefix_lp[key] += gather_logprobs(logits_g, ids[j, lo + 1 : hi + 1]).tolist()
+
+            return score
+
+        passes = []
+        for part in self._prefill_passes([len(x) - m for x, m in zip(inputs, cached)]):
+            part_inputs = [inputs[g] for g in part]
+            ids, attn, pos, past = self._layout(part_inputs, [hits[g] for g in part])
+            keep = max(forced_of[g] for g in part) + 1
+            cache, logits = self._prefill_forward(ids, attn, pos, keep, scorer(part, ids), past)
+            if self.prefix_cache is not None:
+                self._remember(part_inputs, cache, attn)
+            passes.append((part, cache, logits, attn, pos))
         self.stats["prefill_rows"] += len(inputs)
         self.stats["prefill_tokens"] += sum(len(x) - m for x, m in zip(inputs, cached))
         self.stats["prompt_tokens"] += sum(len(r.inputs) for r in rows)
         self.stats["cached_tokens"] += sum(cached)
-        if self.prefix_cache is not None:
-            self._remember(inputs, cache, attn)
         for r, g in zip(rows, group):
             r.logprobs = list(prefix_lp[(g, tuple(r.allowed) if r.allowed is not None else None)])
-        if len(first) < len(rows):
-            sel = torch.tensor(group, dtype=torch.long, device=dev)
-            cache.reorder_cache(sel)  # index_select on the batch axis: copies of the shared rows
-            logits, attn, pos = logits[sel], attn[sel], pos[sel]
+        order, cache, logits, attn, pos = self._join(passes)
+        at = {g: k for k, g in enumerate(order)}
+        sel = [at[g] for g in group]
+        if sel != list(range(len(order))):
+            index = torch.tensor(sel, dtype=torch.long, device=dev)
+            cache.reorder_cache(index)  # index_select on the batch axis: copies of the shared rows
+            logits, attn, pos = logits[index], attn[index], pos[index]
         return cache, logits, attn, pos
 
     def _allowed_mask(self, rows: list[Row], vocab: int) -> torch.Tensor | None:

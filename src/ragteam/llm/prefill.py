@@ -71,27 +71,70 @@ class Prefill:
         elif self.prefix_cache is None or self.prefix_cache.budget_bytes != budget:
             self.prefix_cache = PrefixCache(budget)
 
-    def _prefill_inputs(
-        self, inputs: list[list[int]], forced: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, list[int]]:
-        """The prefill's tensors for distinct `inputs` (each ending with a forced prefix of `forced[i]`
-        tokens): the computed suffixes' ids [G, width] left-padded, the attention mask [G, cached + width], the
-        suffixes' position ids [G, width], the KV cache of the cached prefixes (None: none) and each input's
-        cached length. The shared stems the cache lacks are prefilled first (module docstring)."""
+    def _prefill_hits(self, inputs: list[list[int]], forced: list[int]) -> list[tuple[int, KV]]:
+        """Each distinct input's cached prefix (length, KV), (0, []) without a cache; the shared stems the cache
+        lacks are prefilled first (module docstring). The prefix a row reads leaves its last prompt token and
+        its forced prefix (`forced[i]` tokens) to compute: their logits are the next token's and the prefix's
+        scores."""
         tree = self.prefix_cache
-        if tree is not None:
-            self._prefill_stems(shared_stems(inputs, forced, tree))
-        # the prefix a row reads from the tree leaves its last prompt token and its forced prefix to compute:
-        # their logits are the next token's and the prefix's scores
-        hits = [
-            tree.match(x, len(x) - 1 - f) if tree is not None else (0, []) for x, f in zip(inputs, forced)
+        if tree is None:
+            return [(0, [])] * len(inputs)
+        self._prefill_stems(shared_stems(inputs, forced, tree))
+        return [tree.match(x, len(x) - 1 - f) for x, f in zip(inputs, forced)]
+
+    def _prefill_passes(self, suffixes: list[int]) -> list[list[int]]:
+        """The distinct inputs (by index) each prefill pass runs, given the tokens each computes. Without a
+        cache, one pass (inputs of a batch have similar lengths: `plan_batches` sorts them). With one, the
+        computed suffixes range from one token (a prompt seen before) to a whole prompt, and a pass computes
+        every row to its longest: rows are cut, longest first, into passes whose shortest suffix is at least
+        half their longest, so padding at most doubles a pass's work."""
+        if self.prefix_cache is None:
+            return [list(range(len(suffixes)))]
+        passes: list[list[int]] = []
+        for i in sorted(range(len(suffixes)), key=lambda i: -suffixes[i]):
+            if passes and 2 * suffixes[i] >= suffixes[passes[-1][0]]:
+                passes[-1].append(i)
+            else:
+                passes.append([i])
+        return passes
+
+    def _join(self, passes: list[tuple[list[int], Any, torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple:
+        """One batch from the prefill passes (part, cache, logits, attn, pos): their rows stacked, each pass's
+        KV columns, mask and positions left-padded (zeros, masked) to the widest. Returns the distinct inputs'
+        order, the cache, logits, attention mask and position ids."""
+        from transformers import DynamicCache
+
+        if len(passes) == 1:
+            part, cache, logits, attn, pos = passes[0]
+            return part, cache, logits, attn, pos
+        width = max(p[3].shape[1] for p in passes)
+        steps = max(p[4].shape[1] for p in passes)
+
+        def left(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+            pad = [0, 0] * (t.dim() - 1 - dim % t.dim()) + [n - t.shape[dim], 0]
+            return torch.nn.functional.pad(t, pad)
+
+        layers = [
+            (
+                torch.cat([left(p[1].layers[i].keys, width, -2) for p in passes]),
+                torch.cat([left(p[1].layers[i].values, width, -2) for p in passes]),
+            )
+            for i in range(len(passes[0][1].layers))
         ]
-        return self._layout(inputs, hits)
+        return (
+            [g for p in passes for g in p[0]],
+            DynamicCache(layers, config=self.model.config),
+            torch.cat([p[2] for p in passes]),
+            torch.cat([left(p[3], width, -1) for p in passes]),
+            torch.cat([left(p[4], steps, -1) for p in passes]),
+        )
 
     def _layout(
         self, inputs: list[list[int]], hits: list[tuple[int, KV]]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, list[int]]:
-        """`_prefill_inputs`' tensors for `inputs` and the tree's `hits` on them."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """A prefill pass's tensors for distinct `inputs` and the tree's `hits` on them: the computed
+        suffixes' ids [G, width] left-padded, the attention mask [G, cached + width], the suffixes' position ids
+        [G, width] and the KV cache of the cached prefixes (None: none)."""
         cached = [m for m, _ in hits]
         past_width = max(cached)
         suffixes = [x[m:] for x, m in zip(inputs, cached)]
@@ -105,7 +148,7 @@ class Prefill:
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, past_width:]  # a cached prefix's tokens come first
         past = self._past(hits, past_width) if past_width else None
-        return ids, attn, pos, past, cached
+        return ids, attn, pos, past
 
     def _past(self, hits: list[tuple[int, KV]], width: int) -> Any:
         """A KV cache [G, heads, width, dim] per layer holding each row's cached prefix right-aligned (zeros,
@@ -144,14 +187,15 @@ class Prefill:
         if not stems:
             return
         assert self.prefix_cache is not None
-        ids, attn, pos, past, cached = self._layout(
-            stems, [self.prefix_cache.match(x, len(x) - 1) for x in stems]
-        )
-        cache, _ = self._prefill_forward(ids, attn, pos, 1, lambda col, logits: None, past)
+        hits = [self.prefix_cache.match(x, len(x) - 1) for x in stems]
+        cached = [m for m, _ in hits]
+        for part in self._prefill_passes([len(x) - m for x, m in zip(stems, cached)]):
+            ids, attn, pos, past = self._layout([stems[i] for i in part], [hits[i] for i in part])
+            cache, _ = self._prefill_forward(ids, attn, pos, 1, lambda col, logits: None, past)
+            self._remember([stems[i] for i in part], cache, attn)
         self.stats["prefill_rows"] += len(stems)
         self.stats["prefill_tokens"] += sum(len(x) - m for x, m in zip(stems, cached))
         self.stats["cached_tokens"] += sum(cached)
-        self._remember(stems, cache, attn)
 
     def _prefill_forward(
         self,
