@@ -15,7 +15,9 @@ Prefix cache. With a `prefix_cache` (`ragteam.llm.prefix_cache`, a radix tree of
 distinct input reads the longest prefix the tree holds and computes only the rest: the batch's KV cache holds,
 per row, its cached prefix right-aligned in the first `cached` columns (zeros, masked, before it), then its
 computed suffix left-padded in the next `width` columns; the attention mask covers both and the position ids
-count the row's own tokens, so a row may have masked columns in the middle. Each row leaves its last prompt
+count the row's own tokens, so a row may have masked columns in the middle. The computed suffixes range from
+one token to a whole prompt and a pass computes every row to its longest, so rows run in passes of similar
+suffix length (`_prefill_passes`), joined into one batch for decoding (`_join`). Each row leaves its last prompt
 token and its forced prefix to compute (their logits are needed), and puts its whole input in the tree after
 its prefill. Prefixes that several distinct inputs of one batch share and the tree lacks (the members of a
 group after their first act, a fork's children with different forced prefixes) are prefilled first, once
