@@ -79,6 +79,7 @@ def served_names(served_name: str | None, workflow, requested: str) -> tuple[str
 def run(cfg: Config) -> int:
     from ragteam.assemble.build import build_team, needs_retriever
     from ragteam.eval.corpus import choose_corpus
+    from ragteam.protocol import team_name
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve
     from ragteam.serve.team import make_app, warm_up
@@ -112,12 +113,13 @@ def run(cfg: Config) -> int:
     pieces.append(f"LLM {cfg.llm.model}" if parts.llm is not None else None)
     pieces.append(f"{parts.retriever.name} retriever" if parts.retriever is not None else None)
     team = ", ".join(p for p in pieces if p)
+    title = team_name(parts.workflow, cfg.workflow)  # the class's name, whatever --served-name says
     serve(
         app,
         cfg.host,
         cfg.port,
         log_level=cfg.log_level,
-        announce=[f"ragteam: team {name!r} ({team}) as model {name!r}; OpenAI API under /v1"],
+        announce=[f"ragteam: team {title!r} ({team}) as model {name!r}; OpenAI API under /v1"],
         read_timeout=cfg.read_timeout,
         max_connections=cfg.max_connections,
     )
