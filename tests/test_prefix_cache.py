@@ -220,6 +220,25 @@ def test_load_weights_empties_the_cache_and_a_zero_budget_turns_it_off(models, t
         on.set_prefix_cache(-1)
 
 
+def test_a_fused_step_is_invisible_to_the_weights_key_so_a_push_clears_the_cache(models):
+    """The PPO trainer's fused AdamW step bumps no version counter: the cache cannot notice it, so the trainer
+    clears it at every push (Engine.clear_prefix_cache, train/ppo.py push)."""
+    from ragteam.llm.prefix_cache import weights_key
+    from ragteam.rollout.engine import Engine
+
+    on, off = models
+    on.chat([ChatRequest(_chat("What is the capital of Chile?"), Sampling(max_tokens=2))])
+    assert on.prefix_cache.tokens > 0
+    layer = torch.nn.Linear(2, 2)
+    key = weights_key(layer)
+    opt = torch.optim.AdamW(layer.parameters(), lr=1e-2, fused=True)
+    layer(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    assert weights_key(layer) == key  # moved weights, the same key
+    Engine(on, off, None).clear_prefix_cache()  # the LLM without a cache is skipped
+    assert on.prefix_cache.tokens == 0 and on.prefix_cache.nbytes == 0
+
+
 # ---- through the rollout engine -----------------------------------------------------------------------------------
 
 

@@ -319,9 +319,23 @@ class LocalChatModel(BatchedDecoder):
                 )
         with self._lock:
             self.model.load_state_dict(state, strict=False)
-            if self.prefix_cache is not None:  # its KV was computed with the old weights
-                self.prefix_cache.clear()
+            self._forget_prefixes()  # its KV was computed with the old weights
         return len(state)
+
+    def clear_prefix_cache(self) -> None:
+        """Drop every prefix the cache holds (between two batches): the weights changed, or are about to be
+        used for a run that must not depend on what ran before (`prefix_cache.clear_prefix_caches`). The
+        cache's weights key cannot be relied on to notice: a fused optimizer step does not bump it."""
+        with self._lock:
+            self._forget_prefixes()
+
+    def _forget_prefixes(self) -> None:
+        tree = self.prefix_cache
+        if tree is not None:
+            if tree.tokens:
+                tree.clears += 1
+            tree.clear()
+            tree.key = weights_key(self.model)  # the next batch's check finds the weights it was cleared for
 
     def chat(
         self,

@@ -59,9 +59,10 @@ class Prefill:
 
         Why: a rollout's prompts repeat (group members, templates, later turns); each prompt then prefills only
         its uncached suffix. Changing the budget empties the cache. The KV is valid for the weights it was
-        computed with: `LocalChatModel.chat` checks a key of the parameters' storage and in-place version
-        counters, which an optimizer step on the shared module or a weight load bumps, and empties the tree
-        when it changed. A model whose cache layers are not plain full-attention layers (sliding windows) runs
+        computed with: whoever changes them clears it (`clear_prefix_cache`: a weight load, the PPO trainer at
+        every push); as a safety net `LocalChatModel.chat` also checks a key of the parameters' storage and
+        in-place version counters (which a fused optimizer step does not bump) and empties the tree when it
+        changed. A model whose cache layers are not plain full-attention layers (sliding windows) runs
         without it."""
         if mb < 0:
             raise ValueError(f"prefix cache budget must be >= 0 MB (0: off), got {mb}")

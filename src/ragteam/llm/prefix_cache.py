@@ -14,20 +14,26 @@ so that each node owns exactly its bytes and evicting it frees them.
 Eviction. The tree holds at most `budget_bytes` of KV; past it, the least recently used leaf goes first (a
 match or an insert touches every node on its path), then the parent it may leave bare, and so on.
 
-Validity. KV depends on the weights: `validate(key)` empties the tree when the weights' key changes (the
-engine derives it from every parameter's storage and version counter, which in-place updates bump: an
-optimizer step on the shared module, `load_state_dict`, `load_weights`).
+Validity. KV depends on the weights, and a cache must never serve KV across a weight update. Whoever changes
+the weights says so: `LocalChatModel.clear_prefix_cache` (`load_weights` calls it; the PPO trainer calls
+`clear_prefix_caches` on its engine at every push, before each rollout and evaluation, `train/ppo.py`; a Ray
+rollout worker when it loads weights). As a safety net, `validate(key)` also empties the tree when the
+weights' key changes (`weights_key`: each parameter's storage and version counter), but the counter misses
+some updates: a fused optimizer step (`AdamW(fused=True)`) and writes through `p.data` do not bump it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if (
+    TYPE_CHECKING
+):  # torch is imported where a tensor is made: `import ragteam` (the counters below) stays light
+    import torch
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [heads, n, dim]
+KV = list[tuple["torch.Tensor", "torch.Tensor"]]  # per layer: keys, values [heads, n, dim]
 
 
 @dataclass(eq=False)
@@ -123,6 +129,8 @@ class PrefixCache:
             return 0, []
         if len(pieces) == 1:
             return n, [(k, v) for k, v in pieces[0]]
+        import torch
+
         layers = len(pieces[0])
         return n, [
             (torch.cat([p[i][0] for p in pieces], dim=1), torch.cat([p[i][1] for p in pieces], dim=1))
@@ -222,11 +230,24 @@ def shared_stems(
 
 
 def weights_key(model: Any) -> tuple[tuple[int, int], ...]:
-    """What identifies the weights' values cheaply: each parameter's storage and in-place version counter. An
-    optimizer step, `load_state_dict` or a LoRA adapter's update bumps the counters; replacing a tensor changes
-    the storage. The prefix cache is emptied when it changes (a cache keyed by token ids alone would serve KV
-    computed with old weights)."""
+    """A cheap, partial witness of the weights' values: each parameter's storage and in-place version counter.
+    `load_state_dict` and a foreach/for-loop optimizer step bump the counters; replacing a tensor changes the
+    storage. It does NOT see a fused optimizer step (`torch.optim.AdamW(fused=True)`, the PPO trainer's) nor a
+    write through `p.data` (`p.data.copy_(...)`): code that updates weights so must call
+    `clear_prefix_caches` (module docstring, "Validity"). The prefix cache is emptied when it changes."""
     return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def clear_prefix_caches(*models: Any) -> None:
+    """Empty the prefix cache of each in-process model among `models` (None and server-backed models, which
+    have none, are skipped): their weights were just updated or pushed, so KV computed before must not be
+    served. The PPO trainer calls it (through its engine's `clear_prefix_cache`) at every push, so that each
+    rollout and evaluation starts from an empty cache whatever ran before it: a resumed run, whose cache
+    starts empty, then samples exactly what the uninterrupted run sampled."""
+    for model in models:
+        clear = getattr(model, "clear_prefix_cache", None)
+        if clear is not None:
+            clear()
 
 
 def full_attention(model: Any) -> bool:

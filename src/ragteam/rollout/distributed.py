@@ -161,9 +161,16 @@ class RolloutWorker:
                 "weights into (a served policy gets its weights from the trainer's push to the server)"
             )
         _, unexpected = model.load_state_dict(state, strict=False)
+        self.clear_prefix_cache()  # KV computed with the old weights must never be served
         if unexpected:
             raise ValueError(f"weights this policy does not have: {', '.join(sorted(unexpected)[:5])}")
         return len(state)
+
+    def clear_prefix_cache(self) -> None:
+        """Empty this actor's in-process models' prefix caches (`Engine.clear_prefix_cache`)."""
+        clear = getattr(self.engine, "clear_prefix_cache", None)
+        if clear is not None:
+            clear()
 
 
 class RayEngine:
@@ -283,6 +290,10 @@ class RayEngine:
         """Give every actor's policy these weights (one copy in Ray's object store, read by each actor)."""
         ref = self._ray.put(state)
         self._ray.get([a.set_policy_weights.remote(ref) for a in self.actors])
+
+    def clear_prefix_cache(self) -> None:
+        """Empty every actor's prefix caches (`Engine.clear_prefix_cache`; a trainer calls it at each push)."""
+        self._ray.get([a.clear_prefix_cache.remote() for a in self.actors])
 
     def close(self) -> None:
         """Stop the actors, and the local Ray if this engine started it."""

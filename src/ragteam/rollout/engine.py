@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from ragteam.depth import depth_rule
 from ragteam.llm.base import ChatModel, Completion, ModelError
-from ragteam.llm.prefix_cache import prefill_counters, prefill_delta, prefill_models
+from ragteam.llm.prefix_cache import clear_prefix_caches, prefill_counters, prefill_delta, prefill_models
 from ragteam.protocol import Act, Acted, AskLLM, Retrieve, Workflow
 from ragteam.retrieval.base import Retriever
 from ragteam.rollout.backends import batch_job
@@ -87,6 +87,12 @@ class Engine:
             )
         self.calls: Counter = Counter()
         self.prefill: dict[str, dict[str, float]] = {}  # the last run's prefill by role (llm/prefix_cache.py)
+
+    def clear_prefix_cache(self) -> None:
+        """Empty the prefix caches of the in-process policy and LLM (`prefix_cache.clear_prefix_caches`): a
+        trainer calls it when it pushes weights, so that no KV of old weights is served and a run does not
+        depend on what earlier runs left in the cache."""
+        clear_prefix_caches(self.policy, self.llm)
 
     # ------------------------------------------------------------------ the loop
 

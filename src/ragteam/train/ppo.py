@@ -120,13 +120,22 @@ def rollout(trainer: Trainer, iteration: int) -> list[Episode]:
 
 
 def push(trainer: Trainer, iteration: int) -> None:
-    """The current weights to the rollout backend (rank 0 pushes to a server; every rank then waits)."""
+    """The current weights to the rollout backend (rank 0 pushes to a server; every rank then waits).
+
+    Every push also empties the engine's prefix caches (`llm/prefix_cache.py`), whatever the backend: the
+    in-process policy is updated by a fused optimizer step, which the cache's weights key does not see, and a
+    rollout or evaluation must start from an empty cache so that a resumed run (whose cache starts empty)
+    samples exactly what the uninterrupted run sampled (KV read from the cache equals KV recomputed only up
+    to float round-off, which can flip a sampled token)."""
     if (
         trainer.dist.main
         or isinstance(trainer.sync, SharedModule)
         or getattr(trainer.sync, "collective", False)
     ):
         trainer.sync.push(trainer.ac.policy, iteration)
+    clear = getattr(trainer.engine, "clear_prefix_cache", None)
+    if clear is not None:  # every rank: each rolls out on its own engine
+        clear()
     trainer.dist.barrier()
 
 
