@@ -125,16 +125,7 @@ sha=$(sha256sum <"$H" | cut -c1-16)
 [ -z "$HELDOUT_SHA" ] || [ "$sha" = "$HELDOUT_SHA" ] || {
   echo "matrix.sh: $H has sha256 $sha, not the pre-registered $HELDOUT_SHA" >&2; exit 3; }
 
-# Flags that newer trainers take pin their value; older ones lack them and behave as the value says.
-PPO_HELP=$($RT train ppo --help 2>&1) || { echo "$PPO_HELP" | tail -5; exit 4; }
-COLLECT_HELP=$($RT collect sft --help 2>&1)
-if_has() {  # if_has HELP FLAG VALUE...: "FLAG VALUE..." where the usage line of HELP offers [FLAG ...]
-  local help=$1 flag=$2; shift 2
-  if grep -qE -- "\[${flag//./\\.}( |\])" <<<"$help"; then echo "$flag $*"; fi
-}
-corpus_for() {  # corpus_for HELP INDEX: the index folder as the command takes it (--corpus, else
-  local c; c=$(if_has "$1" --corpus "$2"); echo "${c:---retriever.index $2}"  # --retriever.index)
-}
+$RT train ppo --help >/dev/null 2>&1 || { $RT train ppo --help 2>&1 | tail -5; exit 4; }  # it runs at all
 # The corpora, as explicit BM25 index folders (what a corpus name means changes; a folder does not): training
 # retrieves from every paragraph of HotpotQA-500 (4,858 passages, the H200 run's corpus), the held-out evals
 # from every paragraph of the 900 held-out questions. Gold paragraphs are in both (HotpotQA's distractor
@@ -146,12 +137,9 @@ index() {  # index DATA DIR: build once
 }
 N_TRAIN=$(index "$D" "$W/index-train")
 N_HELD=$(index "$H" "$W/index-heldout")
-EVAL_HELP=$($RT eval --help 2>&1)
-PPO_CORPUS=$(corpus_for "$PPO_HELP" "$W/index-train")
-COLLECT_CORPUS=$(corpus_for "$COLLECT_HELP" "$W/index-train")
-EVAL_CORPUS=$(corpus_for "$EVAL_HELP" "$W/index-heldout")
-# Tree-GRPO (issue 29) where it is registered, else the node-sibling estimator it replaced
-TREE_ADV=${TREE_ADV:-$(grep -qw tree_grpo <<<"$PPO_HELP" && echo tree_grpo || echo tree)}
+TRAIN_CORPUS="--corpus $W/index-train"    # collect and train ppo
+EVAL_CORPUS="--corpus $W/index-heldout"
+TREE_ADV=${TREE_ADV:-tree_grpo}           # Tree-GRPO (issue 29)
 LORA_FLAG=""; [ "$LORA" = 1 ] && LORA_FLAG="--ppo.lora"
 EV="--data $H --offset 0 --limit $EVAL_LIMIT $EVAL_CORPUS --rollout.temperature 0
   --rollout.max-concurrent $EVAL_BATCH --policy.max-batch-size $EVAL_BATCH --policy.dtype float32
@@ -161,7 +149,7 @@ PPO_COMMON="--data $D --seed 0 --rollout.seed 0 --policy.dtype float32 --no-ppo.
   --$([ "$UNINFORMATIVE" = skip ] || echo no-)ppo.skip-uninformative
   --ppo.minibatch-tokens $MB_TOKENS --ppo.micro-tokens $MB_TOKENS --rollout.max-concurrent $BATCH
   --policy.max-batch-size $BATCH --llm.model $LLM --llm.max-batch-size $BATCH --save-total-limit 1
-  --no-progress $PPO_CORPUS $LORA_FLAG"
+  --no-progress $TRAIN_CORPUS $LORA_FLAG"
 
 t0=$SECONDS
 log=""
@@ -189,7 +177,7 @@ leg_mmoa() {
   local R="--retriever.kind bm25 --topk 5 --profile small"
   local M="--workflow mmoa --variant s-g --candidates 5 --selector-constrained --fill-from-question
     --rollout.max-tokens 256"
-  stage mmoa collect $RT collect sft $M $R $COLLECT_CORPUS --data "$D" --limit "$MMOA_SFT_Q" \
+  stage mmoa collect $RT collect sft $M $R $TRAIN_CORPUS --data "$D" --limit "$MMOA_SFT_Q" \
     --out "$w/sft-data" --overwrite --no-progress
   stage mmoa sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --init "$POLICY" \
     --max-steps "$MMOA_SFT_STEPS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 \
@@ -201,7 +189,7 @@ leg_mmoa() {
     --iterations "$MMOA_ITERS" --budget-seconds "$MMOA_BUDGET_S" --questions-per-iteration "$MMOA_QPI" \
     --rollout.group-size "$MMOA_GROUP" --rollout.temperature 1.0 --rollout.top-p 0.9 \
     --ppo.advantage grpo --ppo.credit mmoa --ppo.reward f1 --ppo.normalize global \
-    $(if_has "$PPO_HELP" --ppo.kl-in reward) --ppo.train-roles selector,generator \
+    --ppo.kl-in reward --ppo.train-roles selector,generator \
     --ppo.lr "$MMOA_LR" --ppo.target-kl 0.1 --ppo.kl-beta 0 --ppo.kl-anneal-to 0 --ppo.kl-beta-min 0 \
     --ppo.max-sample-tokens 2048
   stage mmoa eval-grpo $RT eval $M $R $EV --policy.model "$w/grpo" --out "$w/eval-grpo"
@@ -213,11 +201,11 @@ leg_c3po() {
   local S="--workflow c3po --profile small --retriever.kind bm25 --topk 3 --max-rounds 3 --rollout.max-depth 16
     --rollout.max-tokens 96 --rollout.llm-max-tokens 48 --role-caps --strategy auto"
   local n=$((C3_SAMPLES_Q + C3_TREE_Q))
-  stage c3po collect-samples $RT collect sft $S $COLLECT_CORPUS --tree samples --samples 4 --data "$D" \
+  stage c3po collect-samples $RT collect sft $S $TRAIN_CORPUS --tree samples --samples 4 --data "$D" \
     --offset 0 --limit "$C3_SAMPLES_Q" --rollout.temperature 1.0 --accept "$C3_ACCEPT" --relabel-invalid \
     --rollout.max-concurrent "$BATCH" --teacher.model "$POLICY" --teacher.max-batch-size "$BATCH" \
     --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-samples" --overwrite --no-progress
-  stage c3po collect-trees $RT collect sft $S $COLLECT_CORPUS --tree c3po --data "$D" --offset "$C3_SAMPLES_Q" \
+  stage c3po collect-trees $RT collect sft $S $TRAIN_CORPUS --tree c3po --data "$D" --offset "$C3_SAMPLES_Q" \
     --limit "$C3_TREE_Q" --rollout.temperature 1.0 --accept "$C3_ACCEPT" --relabel-invalid \
     --rollout.max-concurrent "$BATCH" --teacher.model "$POLICY" --teacher.max-batch-size "$BATCH" \
     --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-trees" --overwrite --no-progress
@@ -231,7 +219,7 @@ leg_c3po() {
   # both arms: the same start, questions, step size, KL (none), reward and token budget
   local P="$S $PPO_COMMON --offset $n --limit $((400 - n)) --init $w/sft --iterations $C3_ITERS
     --budget-tokens $C3_TOKENS --budget-seconds $C3_SAFETY_S --rollout.temperature 1.0 --rollout.top-p 1.0
-    --ppo.reward cover_em --ppo.normalize none $(if_has "$PPO_HELP" --ppo.kl-in loss) --ppo.lr $C3_LR
+    --ppo.reward cover_em --ppo.normalize none --ppo.kl-in loss --ppo.lr $C3_LR
     --ppo.target-kl 0.1 --ppo.kl-beta 0 --ppo.kl-anneal-to 0 --ppo.kl-beta-min 0 --ppo.max-sample-tokens 4096"
   stage c3po tree $RT train ppo --recipe c3po $P --out "$w/tree" --rollout.forks c3po \
     --ppo.advantage "$TREE_ADV" --ppo.credit tree_mc --rollout.group-size "$C3_TREE_GROUP" \
@@ -250,7 +238,7 @@ leg_gym() {
   local w=$W/gym
   local G="--workflow gym:re2search --profile small --retriever.kind bm25 --topk 5 --max-steps 10
     --last-step answer --role-caps --rollout.max-tokens 256 --rollout.llm-max-tokens 128"
-  stage gym collect $RT collect process $G $COLLECT_CORPUS --data "$D" --offset 0 --limit "$GYM_Q" \
+  stage gym collect $RT collect process $G $TRAIN_CORPUS --data "$D" --offset 0 --limit "$GYM_Q" \
     --candidates "$GYM_CANDIDATES" --ranker "$GYM_RANKER" --rollout.best-of.rollouts 2 \
     --rollout.best-of.metric f1 --rollout.temperature 0.7 --accept "$GYM_ACCEPT" --keep-invalid \
     --rollout.max-concurrent "$BATCH" --teacher.model "$POLICY" --teacher.max-batch-size "$BATCH" \
@@ -270,7 +258,7 @@ leg_gym() {
     --iterations "$GYM_ITERS" --budget-seconds "$GYM_BUDGET_S" --questions-per-iteration "$GYM_QPI" \
     --rollout.group-size 1 --rollout.temperature 1.0 --rollout.top-p 1.0 \
     --ppo.advantage gae --ppo.credit process --ppo.process-reward critic --ppo.reward f1 \
-    --ppo.normalize global $(if_has "$PPO_HELP" --ppo.kl-in reward) --no-ppo.shared-critic \
+    --ppo.normalize global --ppo.kl-in reward --no-ppo.shared-critic \
     --ppo.gamma 1.0 --ppo.lam 0.95 --ppo.vf-coef 0.1 --ppo.lr "$GYM_LR" --ppo.critic-lr 1e-5 \
     --ppo.kl-estimator k1 --ppo.kl-beta 0.05 --ppo.kl-beta-min 0.05 --ppo.kl-beta-max 0.05 --ppo.target-kl 0.1 \
     --ppo.max-sample-tokens 4096
