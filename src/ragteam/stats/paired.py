@@ -53,12 +53,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = RESAMPLES,
     observed = float(d.mean())
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, len(d), size=(n, len(d)))].mean(axis=1)  # one row of questions per resample
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    if abs(observed) <= _ZERO:
-        p = 1.0
-    else:
-        crossed = means <= _ZERO if observed > 0 else means >= -_ZERO
-        p = min(1.0, 2.0 * float(crossed.mean()))
+    lo, hi, p = _interval_and_p(observed, means)
     sd = float(d.std(ddof=1)) if len(d) > 1 else 0.0
     return {
         "n": len(d),
@@ -70,6 +65,16 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = RESAMPLES,
         "n_for_power": questions_for_power(observed, sd),
         "detectable": detectable_effect(sd, len(d)),
     }
+
+
+def _interval_and_p(observed: float, resampled: np.ndarray) -> tuple[float, float, float]:
+    """The percentile 95 % interval of the resampled differences, and the two-sided bootstrap p: twice the share
+    of resamples on the far side of 0 from the observed difference (1 when nothing was observed)."""
+    lo, hi = np.quantile(resampled, [0.025, 0.975])
+    if abs(observed) <= _ZERO:
+        return float(lo), float(hi), 1.0
+    crossed = resampled <= _ZERO if observed > 0 else resampled >= -_ZERO
+    return float(lo), float(hi), min(1.0, 2.0 * float(crossed.mean()))
 
 
 Z_ALPHA, Z_POWER = 1.959964, 0.841621  # two-sided 5 % level; 80 % power
@@ -148,13 +153,7 @@ def pooled_bootstrap(
 
     observed = float(rate(kb, nb) - rate(ka, na))
     idx = np.random.default_rng(seed).integers(0, len(a), size=(n, len(a)))
-    diffs = rate(kb[idx], nb[idx]) - rate(ka[idx], na[idx])
-    lo, hi = np.quantile(diffs, [0.025, 0.975])
-    if abs(observed) <= _ZERO:
-        p = 1.0
-    else:
-        crossed = diffs <= _ZERO if observed > 0 else diffs >= -_ZERO
-        p = min(1.0, 2.0 * float(crossed.mean()))
+    lo, hi, p = _interval_and_p(observed, rate(kb[idx], nb[idx]) - rate(ka[idx], na[idx]))
     return {"n": len(a), "mean_diff": observed, "ci95": [float(lo), float(hi)], "p": p, "resamples": n}
 
 
