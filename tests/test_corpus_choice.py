@@ -10,11 +10,11 @@ import pytest
 from conftest import hotpot_head
 
 from ragteam.assemble.config import TeamConfig
+from ragteam.assemble.corpus import CorpusSpec, choose_corpus, open_corpus, parse_corpus
 from ragteam.cli.main import main
 from ragteam.config import default_home, ragteam_home
 from ragteam.data import read_questions, write_corpus
 from ragteam.data.corpus import pool_corpus
-from ragteam.eval.corpus import CorpusSpec, choose_corpus, open_corpus, parse_corpus
 from ragteam.retrieval.factory import build_estimate, questions_index
 from ragteam.retrieval.index import build_index
 from ragteam.types import Doc

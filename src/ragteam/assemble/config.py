@@ -24,7 +24,7 @@ from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.registry import workflow_help
 
 CORPUS_HELP = (
-    "what to retrieve from (ragteam.eval.corpus): distractor (the run's questions' own paragraphs, gold "
+    "what to retrieve from (ragteam.assemble.corpus): distractor (the run's questions' own paragraphs, gold "
     "included; --profile small), pooled (every paragraph of the question file(s): the papers' setting, "
     "--profile paper and every train ppo recipe), pooled+FILE[+FILE] (joined with passage or benchmark files, "
     "e.g. a Wikipedia sample), pooled:DIR (every benchmark and corpus file of a folder), an index folder, or "

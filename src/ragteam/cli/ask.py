@@ -168,8 +168,8 @@ def _ask(cfg: Config) -> int:
             data, fmt = str(demo), None
             print(f"(corpus: the paragraphs of the bundled demo questions, {demo.name})", file=sys.stderr)
     # --corpus: a question of --data (--id) searches its own paragraphs under distractor; a free question
-    # every paragraph of the file, as a server would (ragteam.eval.corpus)
-    from ragteam.eval.corpus import choose_corpus
+    # every paragraph of the file, as a server would (ragteam.assemble.corpus)
+    from ragteam.assemble.corpus import choose_corpus
 
     own = [question] if cfg.id is not None else None
     built, _ = choose_corpus(cfg, data, fmt, needs_retriever(cfg), progress=True, questions=own)

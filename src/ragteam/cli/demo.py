@@ -118,8 +118,8 @@ def _folder_name(workflow: str) -> str:
 
 def run(cfg: Config) -> int:
     from ragteam.assemble.config import demo_data_path
+    from ragteam.assemble.corpus import open_corpus, parse_corpus
     from ragteam.demo.report import write_report
-    from ragteam.eval.corpus import open_corpus, parse_corpus
     from ragteam.retrieval.factory import KIND_NEEDS, retriever_from_index
 
     data = demo_data_path()

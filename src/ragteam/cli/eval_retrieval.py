@@ -51,8 +51,8 @@ with warnings.catch_warnings():
 
 
 def run(cfg: Config) -> int:
+    from ragteam.assemble.corpus import open_corpus, parse_corpus
     from ragteam.data.questions import read_questions
-    from ragteam.eval.corpus import open_corpus, parse_corpus
     from ragteam.retrieval.config import RetrieverConfig
     from ragteam.retrieval.evaluate import evaluate_retriever
     from ragteam.retrieval.factory import KIND_NEEDS, retriever_from_index

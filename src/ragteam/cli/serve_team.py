@@ -78,7 +78,7 @@ def served_names(served_name: str | None, workflow, requested: str) -> tuple[str
 
 def run(cfg: Config) -> int:
     from ragteam.assemble.build import build_team, needs_retriever
-    from ragteam.eval.corpus import choose_corpus
+    from ragteam.assemble.corpus import choose_corpus
     from ragteam.protocol import team_name
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve

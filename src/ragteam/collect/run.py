@@ -23,6 +23,7 @@ from time import perf_counter
 from typing import Any
 
 from ragteam.assemble.build import needs_retriever
+from ragteam.assemble.corpus import choose_corpus
 from ragteam.assemble.folder import RESUME_IGNORED as RUN_IGNORED
 from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.collect.accept import AcceptRule, Verdicts, judge_answers
@@ -31,7 +32,6 @@ from ragteam.collect.mmoa import MMOALabeling, mmoa_rows
 from ragteam.collect.process import process_pairs
 from ragteam.collect.rows import write_rows
 from ragteam.collect.sft import sft_rows, tree_counts
-from ragteam.eval.corpus import choose_corpus
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode

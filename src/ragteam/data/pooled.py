@@ -4,7 +4,7 @@ into one.
 
 The default corpus is the *distractor* setting: the paragraphs carried by the run's own questions, so each
 question's gold paragraphs compete only with the ~8 distractors HotpotQA ships with it and with the other
-questions' paragraphs (`ragteam.eval.corpus`). Pooling more files (HotpotQA's, PopQA's, 2Wiki's and MuSiQue's
+questions' paragraphs (`ragteam.assemble.corpus`). Pooling more files (HotpotQA's, PopQA's, 2Wiki's and MuSiQue's
 paragraphs, the Wikipedia sample) adds passages from other benchmarks and from Wikipedia at large: the gold
 paragraphs are still there, but among more distractors.
 

@@ -17,9 +17,9 @@ from pydantic import Field
 
 from ragteam.assemble.build import build_retriever, build_team, build_workflow, needs_retriever
 from ragteam.assemble.config import JudgeConfig, TeamConfig
+from ragteam.assemble.corpus import choose_corpus, corpus_facts
 from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.eval import plots as plots_mod
-from ragteam.eval.corpus import choose_corpus, corpus_facts
 from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.skipped import write_skipped
 from ragteam.llm.prefix_cache import prefill_summary

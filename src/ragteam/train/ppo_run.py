@@ -291,10 +291,10 @@ def with_sample_limit(cfg: PPOConfig, init: str | Path) -> PPOConfig:
 
 
 def run_corpus(cfg: PPOConfig, workflow: Any, fmt: str | None, questions: list, main: bool) -> PPOConfig:
-    """`cfg` with the index of its corpus (`--corpus`, ragteam.eval.corpus) in `retriever.index`, built once
+    """`cfg` with the index of its corpus (`--corpus`, ragteam.assemble.corpus) in `retriever.index`, built once
     (cached): the training and held-out questions' own paragraphs (distractor), every paragraph of --data
     and --eval-data (pooled, the recipes'), ... The saved config keeps the choice, not the cache path."""
-    from ragteam.eval.corpus import choose_corpus
+    from ragteam.assemble.corpus import choose_corpus
 
     more = [cfg.eval_data] if cfg.eval_data is not None else []
     needs = "retriever" in getattr(workflow, "needs", ())
