@@ -1,4 +1,4 @@
-"""RL / preference maths pinned to hand-computed numbers (the arithmetic is in the comments)."""
+"""PPO maths pinned to hand-computed numbers (the arithmetic is in the comments)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,11 @@ from tensor_helpers import close, t
 from ragteam.train.losses import (
     POLICY_LOSSES,
     KLController,
-    dpo_loss,
     entropy_from_logits,
     get_policy_loss,
     kl_penalty,
     masked_mean,
     masked_whiten,
-    nll_loss,
-    pairwise_loss,
     policy_loss,
     register_policy_loss,
     token_logprobs,
@@ -150,7 +147,7 @@ def test_the_value_loss_is_a_ppo_setting_and_the_c3po_recipe_uses_mse():
     assert flag.ppo.value_loss == "clipped"  # a flag wins over the recipe
 
 
-def test_entropy_logprobs_and_nll():
+def test_entropy_and_logprobs():
     logits = t([[[0.0, 0.0], [0.0, math.log(3.0)]]])
     # uniform over 2: ln 2
     # p = (1/4, 3/4): -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.3465736 + 0.2157616 = 0.5623351
@@ -158,37 +155,6 @@ def test_entropy_logprobs_and_nll():
     close(entropy_from_logits(t([[[7.0, 7.0, 7.0, 7.0]]])), [[math.log(4.0)]])  # shift-invariant: ln 4
     lp = token_logprobs(logits, torch.tensor([[0, 1]]))
     close(lp, [[math.log(0.5), math.log(0.75)]])  # -0.693147, -0.287682
-    # nll over the valid token only: -ln 0.75 = 0.287682
-    close(nll_loss(lp, t([[0, 1]])), -math.log(0.75))
-
-
-# ------------------------------------------------------------------------------------------ preferences
-
-
-def test_dpo_loss_on_two_pairs():
-    pc, pr = t([-10.0, -5.0]).requires_grad_(), t([-12.0, -4.0])
-    rc, rr = t([-11.0, -5.0]), t([-11.0, -5.0])
-    loss, stats = dpo_loss(pc, pr, rc, rr, beta=0.1)
-    # pair 0: r_c = 0.1*(-10 + 11) = 0.1 ; r_r = 0.1*(-12 + 11) = -0.1 ; m = 0.2
-    #         -log sig(0.2) = ln(1 + e^-0.2) = 0.5981389
-    # pair 1: r_c = 0.1*(-5 + 5)   = 0   ; r_r = 0.1*(-4 + 5)   = 0.1  ; m = -0.1 ; ln(1 + e^0.1) = 0.7443967
-    # loss = (0.5981389 + 0.7443967) / 2 = 0.6712678
-    close(loss, 0.6712678)
-    assert stats["reward_accuracy"] == pytest.approx(0.5)
-    assert stats["margin"] == pytest.approx(0.05)  # (0.2 - 0.1) / 2
-    assert stats["chosen_reward"] == pytest.approx(0.05)  # (0.1 + 0) / 2
-    assert stats["rejected_reward"] == pytest.approx(0.0)  # (-0.1 + 0.1) / 2
-    loss.backward()
-    assert (pc.grad < 0).all()  # descending the loss raises the chosen log-prob
-    # conservative DPO, e = 0.1, pair 0 only: 0.9 * ln(1 + e^-0.2) + 0.1 * ln(1 + e^0.2)
-    #   = 0.9 * 0.5981389 + 0.1 * 0.7981389 = 0.5383250 + 0.0798139 = 0.6181389
-    smoothed, _ = dpo_loss(pc[:1], pr[:1], rc[:1], rr[:1], beta=0.1, label_smoothing=0.1)
-    close(smoothed, 0.6181389)
-
-
-def test_pairwise_loss():
-    # d = [2 - 1, 0 - 0] = [1, 0]: ln(1 + e^-1) = 0.3132617, ln 2 = 0.6931472 ; mean = 0.5032044
-    close(pairwise_loss(t([2.0, 0.0]), t([1.0, 0.0])), 0.5032044)
 
 
 # ------------------------------------------------------------------------------------------ KL controller

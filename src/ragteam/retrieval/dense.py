@@ -49,7 +49,6 @@ SUBDIR = "dense"
 EMBEDDINGS_FILE = "embeddings.npy"  # the single-file layout of folders built before shards
 META_FILE = "meta.json"
 BUILD_FILE = "build.json"  # what the shards being written belong to (a resumed build checks it)
-FAISS_FILE = ann.HNSW_FILE
 # Passages embedded per call of the encoder (sentence-transformers sorts each by length).
 EMBED_CHUNK = 2048
 # Passage rows multiplied per step of exact search (at most): bounds the float32 copy of a float16 block.

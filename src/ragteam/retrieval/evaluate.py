@@ -9,7 +9,7 @@ pooled corpora give every paragraph the id `types.doc_id(title, text)` that `Que
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from ragteam.retrieval.base import Retriever
 from ragteam.types import Question
@@ -47,10 +47,3 @@ def evaluate_retriever(
         "skipped": len(questions) - n,
         "seconds": round(time.perf_counter() - t0, 3),
     }
-
-
-def evaluate_retrievers(
-    retrievers: Mapping[str, Retriever], questions: Sequence[Question], k: int = 10
-) -> dict[str, dict[str, float | int]]:
-    """`evaluate_retriever` for each named retriever, in order."""
-    return {name: evaluate_retriever(r, questions, k) for name, r in retrievers.items()}

@@ -1,5 +1,5 @@
-"""RL and preference losses as small pure torch functions: PPO (clipped policy and value losses, KL
-penalties, an adaptive/annealed KL coefficient), DPO, and the Bradley-Terry loss of a critic.
+"""PPO's losses as small pure torch functions: clipped policy and value losses, KL penalties, an
+adaptive/annealed KL coefficient. (DPO and the process reward model's Bradley-Terry loss run through TRL.)
 
 Shapes: B rows (samples), T token positions, V vocabulary. A `mask` [B, T] (bool or 0/1 float) is 1 on the
 trained completion tokens and 0 on prompt, padding and observation tokens; every reduction is over mask-1
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
@@ -26,14 +25,11 @@ __all__ = [
     "POLICY_LOSSES",
     "VALUE_LOSSES",
     "KLController",
-    "dpo_loss",
     "entropy_from_logits",
     "get_policy_loss",
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
-    "nll_loss",
-    "pairwise_loss",
     "policy_loss",
     "register_policy_loss",
     "token_logprobs",
@@ -105,11 +101,6 @@ def token_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
     """Log-prob of each given token: logits [B, T, V] (already aligned: position t predicts ids[:, t]),
     ids [B, T] -> [B, T]. Computed as log_softmax + gather in float32 for precision."""
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-
-
-def nll_loss(logp: Tensor, mask: Tensor) -> Tensor:
-    """SFT loss: negative log-likelihood, token-mean over mask-1 positions. logp, mask [B, T] -> scalar."""
-    return -masked_mean(logp, mask)
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -220,46 +211,6 @@ def value_loss(
     with torch.no_grad():
         clip_frac = masked_mean((err_clipped > err).float(), mask)
     return loss, {"clip_frac": clip_frac.item()}
-
-
-# ------------------------------------------------------------------------------------------ preferences
-
-
-def dpo_loss(
-    policy_chosen_logp: Tensor,
-    policy_rejected_logp: Tensor,
-    ref_chosen_logp: Tensor,
-    ref_rejected_logp: Tensor,
-    beta: float = 0.1,
-    label_smoothing: float = 0.0,
-) -> tuple[Tensor, dict[str, float]]:
-    """Sigmoid DPO (Rafailov et al. 2023) on sequence log-probs (summed over completion tokens), all [B].
-
-    Implicit rewards r_c = beta (pi_c - ref_c), r_r = beta (pi_r - ref_r); loss = mean -log sigmoid(r_c - r_r)
-    (with `label_smoothing` e: -(1-e) log sigmoid(m) - e log sigmoid(-m), conservative DPO).
-    Stats: `reward_accuracy` (share with r_c > r_r), `margin` (mean r_c - r_r), `chosen_reward`,
-    `rejected_reward` (means).
-    """
-    chosen = beta * (policy_chosen_logp - ref_chosen_logp)
-    rejected = beta * (policy_rejected_logp - ref_rejected_logp)
-    margin = chosen - rejected
-    losses = -(1.0 - label_smoothing) * F.logsigmoid(margin) - label_smoothing * F.logsigmoid(-margin)
-    with torch.no_grad():
-        stats = {
-            "reward_accuracy": (chosen > rejected).float().mean().item(),
-            "margin": margin.mean().item(),
-            "chosen_reward": chosen.mean().item(),
-            "rejected_reward": rejected.mean().item(),
-        }
-    return losses.mean(), stats
-
-
-def pairwise_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> Tensor:
-    """Bradley-Terry loss of a reward model / process critic (RAG-Gym eq. 1): mean -log sigmoid(s_c - s_r).
-
-    chosen_scores, rejected_scores [B] (one scalar score per action) -> scalar.
-    """
-    return -F.logsigmoid(chosen_scores - rejected_scores).mean()
 
 
 # ------------------------------------------------------------------------------------------ KL coefficient

@@ -28,7 +28,6 @@ from typing import Any
 from ragteam.types import Action
 from ragteam.workflows.answers import extract_answer
 
-MODES = ("answer", "search_or_answer", "re2search")
 MAX_QUERY_CHARS = 400
 
 _HEADING = re.compile(r"#+\s*structured\s+output", re.IGNORECASE)
