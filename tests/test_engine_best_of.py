@@ -73,8 +73,8 @@ def test_llm_rank_scorer_with_the_llm_server(parts):
     assert check_kept_one_of_n(report.episodes[0], 2) >= 1
 
 
-def test_critic_scorer_needs_a_critic():
-    with pytest.raises(ValueError, match="critic"):
+def test_prm_scorer_needs_a_prm():
+    with pytest.raises(ValueError, match="process reward model"):
         build_scorer(RolloutConfig(best_of={"n": 2}), None, None, None)
 
 

@@ -363,7 +363,7 @@ def test_train_and_collect_refuse_an_eval_folder_and_train_resumes_its_own(hotpo
         "64",
         "--no-progress",
     ]
-    for cmd in (["train", "sft"], ["train", "dpo"], ["train", "critic"]):
+    for cmd in (["train", "sft"], ["train", "dpo"], ["train", "prm"]):
         _one_line_error(
             _cli(*cmd, *train, "--out", str(eval_dir)), "written by `ragteam eval`", "episodes.jsonl"
         )

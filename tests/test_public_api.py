@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,7 @@ def test_import_ragteam_does_not_import_torch():
         "import sys, ragteam\n"
         "assert 'torch' not in sys.modules, 'import ragteam'\n"
         "from ragteam import Workflow, Role, Act, AskLLM, Retrieve, Answer, register_workflow, register_credit\n"
-        "from ragteam import evaluate, collect, train_sft, train_dpo, train_critic, train_ppo, EvalConfig\n"
+        "from ragteam import evaluate, collect, train_sft, train_dpo, train_prm, train_ppo, EvalConfig\n"
         "assert 'torch' not in sys.modules, 'the public names'\n"
         "from ragteam import register_advantage\n"
         "assert 'torch' in sys.modules\n"
@@ -110,7 +111,9 @@ def test_import_ragteam_does_not_import_torch():
 
 
 def test_every_public_name_resolves_to_its_home():
-    assert sorted(ragteam.__all__) == sorted(ragteam._EXPORTS)
+    listed = [name for names in ragteam._HOMES.values() for name in names]
+    assert len(listed) == len(set(listed)), "a public name listed under two homes"
+    assert ragteam.__all__ == sorted(listed)
     for name in ragteam.__all__:
         assert getattr(ragteam, name) is not None, name
     assert ragteam.Workflow is registry.Workflow and ragteam.register_workflow is registry.register_workflow
@@ -121,12 +124,23 @@ def test_every_public_name_resolves_to_its_home():
         ragteam.no_such_name  # noqa: B018
 
 
+def test_the_readmes_public_names_are_the_codes():
+    """README.md's paragraph of public names (`The names: ...`) names only what `ragteam` exports: a renamed
+    or removed name cannot linger there."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("The names: ")
+    paragraph = readme[start : readme.index("\n\n", start)]
+    named = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", paragraph))
+    assert len(named) >= 10, paragraph
+    assert named <= set(ragteam.__all__), f"README.md names {sorted(named - set(ragteam.__all__))}"
+
+
 def test_api_configs_are_the_commands_own():
-    from ragteam.cli import collect, evaluate, train_critic, train_dpo, train_ppo, train_sft
+    from ragteam.cli import collect, evaluate, train_dpo, train_ppo, train_prm, train_sft
 
     assert ragteam.EvalConfig is evaluate.Config and ragteam.CollectConfig is collect.Config
     assert ragteam.SFTConfig is train_sft.Config and ragteam.DPOConfig is train_dpo.Config
-    assert ragteam.CriticTrainConfig is train_critic.Config and ragteam.PPOConfig is train_ppo.Config
+    assert ragteam.PRMTrainConfig is train_prm.Config and ragteam.PPOConfig is train_ppo.Config
 
 
 # ---------------------------------------------------------------------------------------------- module:Class

@@ -1,4 +1,4 @@
-"""The SFT, DPO and critic trainers speak like PPO (issue 31): one formatted line per logged step, never
+"""The SFT, DPO and PRM trainers speak like PPO (issue 31): one formatted line per logged step, never
 transformers' raw `{'loss': '2.484', ...}` dicts; and their defaults keep every row `collect` wrote.
 """
 

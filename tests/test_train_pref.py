@@ -1,4 +1,4 @@
-"""`ragteam train dpo|critic` on the tiny model, the critic's one input rendering, and pairs-file errors."""
+"""`ragteam train dpo|prm` on the tiny model, the PRM's one input rendering, and pairs-file errors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from ragteam.cli.main import main
-from ragteam.llm.critic import CriticConfig, CriticModel, critic_input_ids, render_critic_input
+from ragteam.llm.prm import PRMConfig, ProcessRewardModel, prm_input_ids, render_prm_input
 from ragteam.train.common import TrainConfig, read_log
-from ragteam.train.critic import CriticOptions, train_critic
+from ragteam.train.prm import PRMOptions, train_prm
 from ragteam.train.data import DataError, read_pair_rows
 from ragteam.train.dpo import train_dpo
 
@@ -97,50 +97,50 @@ def test_dpo_lora_through_the_cli(pairs_file: Path, tmp_path: Path) -> None:
     LocalChatModel("tiny", device="cpu", lora=out)  # --policy.model tiny --policy.lora DIR
 
 
-# ---- critic ----------------------------------------------------------------------------------------------
+# ---- prm -------------------------------------------------------------------------------------------------
 
 
-def test_critic_two_steps_saves_a_loadable_critic(pairs_file: Path, tmp_path: Path) -> None:
-    out = train_critic(tiny_cfg(pairs_file, tmp_path / "critic", max_steps=2))
+def test_prm_two_steps_saves_a_loadable_prm(pairs_file: Path, tmp_path: Path) -> None:
+    out = train_prm(tiny_cfg(pairs_file, tmp_path / "prm", max_steps=2))
     assert [r["step"] for r in read_log(out) if "loss" in r] == [1, 2]
-    critic = CriticModel.from_config(CriticConfig(model=str(out), device="cpu", max_batch_size=3))
-    scores = critic.score(items())
+    prm = ProcessRewardModel.from_config(PRMConfig(model=str(out), device="cpu", max_batch_size=3))
+    scores = prm.score(items())
     assert len(scores) == 8 and all(isinstance(s, float) for s in scores)
-    one_by_one = [critic.score([item])[0] for item in items()]
+    one_by_one = [prm.score([item])[0] for item in items()]
     assert scores == pytest.approx(one_by_one, abs=1e-4)  # batching and padding do not change a score
 
 
-def test_critic_learns_a_separable_toy_set(pairs_file: Path, tmp_path: Path) -> None:
-    out = train_critic(
-        tiny_cfg(pairs_file, tmp_path / "critic", max_steps=12, lr=1e-3, batch_size=4),
-        CriticOptions(score_margin=True),
+def test_prm_learns_a_separable_toy_set(pairs_file: Path, tmp_path: Path) -> None:
+    out = train_prm(
+        tiny_cfg(pairs_file, tmp_path / "prm", max_steps=12, lr=1e-3, batch_size=4),
+        PRMOptions(score_margin=True),
     )
-    scores = CriticModel(out).score(items())
+    scores = ProcessRewardModel(out).score(items())
     chosen, rejected = scores[:4], scores[4:]
     assert all(c > r for c, r in zip(chosen, rejected))
 
 
-def test_critic_lora_is_saved_merged(pairs_file: Path, tmp_path: Path) -> None:
-    out = train_critic(tiny_cfg(pairs_file, tmp_path / "critic-lora", max_steps=2, lora=True, lora_r=4))
+def test_prm_lora_is_saved_merged(pairs_file: Path, tmp_path: Path) -> None:
+    out = train_prm(tiny_cfg(pairs_file, tmp_path / "prm-lora", max_steps=2, lora=True, lora_r=4))
     assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()
-    assert len(CriticModel(out).score(items()[:2])) == 2
+    assert len(ProcessRewardModel(out).score(items()[:2])) == 2
 
 
-def test_critic_input_rendering_is_shared_and_keeps_the_end() -> None:
+def test_prm_input_rendering_is_shared_and_keeps_the_end() -> None:
     from transformers import AutoTokenizer
 
     from ragteam.llm.tiny import tiny_model_dir
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir())
     messages = PAIRS[0]["messages"]
-    assert render_critic_input(messages, "Answer: Paris")[-1] == {
+    assert render_prm_input(messages, "Answer: Paris")[-1] == {
         "role": "assistant",
         "content": "Answer: Paris",
     }
-    ids = critic_input_ids(tok, messages, "Answer: Paris", max_length=None)
+    ids = prm_input_ids(tok, messages, "Answer: Paris", max_length=None)
     assert tok.decode(ids).startswith("<|im_start|>system\nYou are an actor.")
     assert tok.decode(ids).endswith("<|im_start|>assistant\nAnswer: Paris<|im_end|>")  # score at end of turn
-    assert critic_input_ids(tok, messages, "Answer: Paris", max_length=10) == ids[-10:]
+    assert prm_input_ids(tok, messages, "Answer: Paris", max_length=10) == ids[-10:]
 
 
 # ---- bad data --------------------------------------------------------------------------------------------
@@ -158,11 +158,11 @@ def test_sft_file_given_to_dpo_is_named(tmp_path: Path, capsys) -> None:
             }
         ],
     )
-    code = main(["train", "critic", "--data", str(sft), "--out", str(tmp_path / "o"), "--init", "tiny"])
+    code = main(["train", "prm", "--data", str(sft), "--out", str(tmp_path / "o"), "--init", "tiny"])
     err = capsys.readouterr().err
     assert code == 1
     assert f"{sft}:1: field 'chosen': missing; this looks like an SFT file (has target)" in err
-    assert "train critic needs rows with messages+chosen+rejected" in err
+    assert "train prm needs rows with messages+chosen+rejected" in err
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@
 #         sampled) -> tree (recipe c3po: forced strategies, K(t) forks, Tree-GRPO) vs chain (recipe
 #         c3po-no-tree: single trajectories, GRPO over independent chains, outcome credit) at an equal budget
 #         of generated policy tokens; arms: sft, tree, chain; compare tree vs chain and each vs sft.
-#   gym   RAG-Gym Re2Search: process data (rollout-ranked candidates) -> SFT actor + PRM (train critic) ->
+#   gym   RAG-Gym Re2Search: process data (rollout-ranked candidates) -> SFT actor + PRM (train prm) ->
 #         PPO of the actor with the PRM as process reward (recipe gym); arms: sft, ppo; compare sft -> ppo.
 #
 # Bundles (what a device call brings back: at most 8 files of 16 MiB, 64 MiB in all): <leg>.tar.gz (logs,
@@ -63,7 +63,7 @@ C3_TREE_QPI=${C3_TREE_QPI:-8}; C3_TREE_GROUP=${C3_TREE_GROUP:-2}
 C3_CHAIN_QPI=${C3_CHAIN_QPI:-32}; C3_CHAIN_GROUP=${C3_CHAIN_GROUP:-4}
 # gym: process data from questions 0..GYM_Q-1, PPO on the rest of 0-399
 GYM_Q=${GYM_Q:-120}; GYM_CANDIDATES=${GYM_CANDIDATES:-4}; GYM_RANKER=${GYM_RANKER:-rollout}
-GYM_ACCEPT=${GYM_ACCEPT:-f1>=0.1}; GYM_SFT_EPOCHS=${GYM_SFT_EPOCHS:-3}; GYM_CRITIC_EPOCHS=${GYM_CRITIC_EPOCHS:-2}
+GYM_ACCEPT=${GYM_ACCEPT:-f1>=0.1}; GYM_SFT_EPOCHS=${GYM_SFT_EPOCHS:-3}; GYM_PRM_EPOCHS=${GYM_PRM_EPOCHS:-2}
 GYM_QPI=${GYM_QPI:-32}; GYM_ITERS=${GYM_ITERS:-1000}; GYM_BUDGET_S=${GYM_BUDGET_S:-45}; GYM_LR=${GYM_LR:-2e-6}
 
 bundle() {  # bundle LEG: $W/bundles/LEG.tar.gz (+ parts), LEG-lora.tar.gz with LORA=1
@@ -249,15 +249,15 @@ leg_gym() {
   stage gym sft $RT train sft --data "$w/process/sft.jsonl" --out "$w/sft" --init "$POLICY" \
     --epochs "$GYM_SFT_EPOCHS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 --max-length 1024 \
     --no-progress
-  stage gym critic $RT train critic --data "$w/process/pairs.jsonl" --out "$w/critic" --init "$POLICY" \
-    --epochs "$GYM_CRITIC_EPOCHS" --batch-size 4 --lr 1e-5 --lr-schedule linear --seed 0 --max-length 1024 \
+  stage gym prm $RT train prm --data "$w/process/pairs.jsonl" --out "$w/prm" --init "$POLICY" \
+    --epochs "$GYM_PRM_EPOCHS" --batch-size 4 --lr 1e-5 --lr-schedule linear --seed 0 --max-length 1024 \
     --no-progress
   stage gym eval-sft $RT eval $G $EV --policy.model "$w/sft" --out "$w/eval-sft"
   stage gym ppo $RT train ppo --recipe gym $G $PPO_COMMON --offset "$GYM_Q" --limit $((400 - GYM_Q)) \
-    --init "$w/sft" --critic.model "$w/critic" --critic.max-batch-size "$BATCH" --out "$w/ppo" \
+    --init "$w/sft" --prm.model "$w/prm" --prm.max-batch-size "$BATCH" --out "$w/ppo" \
     --iterations "$GYM_ITERS" --budget-seconds "$GYM_BUDGET_S" --questions-per-iteration "$GYM_QPI" \
     --rollout.group-size 1 --rollout.temperature 1.0 --rollout.top-p 1.0 \
-    --ppo.advantage gae --ppo.credit process --ppo.process-reward critic --ppo.reward f1 \
+    --ppo.advantage gae --ppo.credit process --ppo.process-reward prm --ppo.reward f1 \
     --ppo.normalize global --ppo.kl-in reward --no-ppo.shared-critic \
     --ppo.gamma 1.0 --ppo.lam 0.95 --ppo.vf-coef 0.1 --ppo.lr "$GYM_LR" --ppo.critic-lr 1e-5 \
     --ppo.kl-estimator k1 --ppo.kl-beta 0.05 --ppo.kl-beta-min 0.05 --ppo.kl-beta-max 0.05 --ppo.target-kl 0.1 \

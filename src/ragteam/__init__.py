@@ -9,64 +9,24 @@ The public API, for a team of your own in one file (docs/extend.md) and for runs
   `Message`, `Action`); `WorkflowConfig` is what a workflow's constructor receives;
 - extending by name: `register_workflow` (or the `ragteam.workflows` entry-point group, or
   `--workflow package.module:ClassName`), `build_workflow`, `register_credit` and `get_credit` (credit functions,
-  `ragteam.credit`: a credit of your own may build on a registered one), `register_advantage` and `register_policy_loss` (PPO's estimators and losses,
+  `ragteam.credit`: a credit of your own may build on a registered one), `register_reward` and `get_reward`
+  (what an answer is worth, `ragteam.metrics.rewards`: `--ppo.reward NAME`, `eval --reward NAME`), `register_advantage` and `register_policy_loss` (PPO's estimators and losses,
   `ragteam.train.advantages` / `ragteam.train.losses`);
-- running: `evaluate`, `collect`, `train_sft`, `train_dpo`, `train_critic`, `train_ppo` with the commands'
-  own configs (`EvalConfig`, `CollectConfig`, `SFTConfig`, `DPOConfig`, `CriticTrainConfig`, `PPOConfig`;
+- running: `evaluate`, `collect`, `train_sft`, `train_dpo`, `train_prm`, `train_ppo` with the commands'
+  own configs (`EvalConfig`, `CollectConfig`, `SFTConfig`, `DPOConfig`, `PRMTrainConfig`, `PPOConfig`;
   `load_config` reads a `--config` YAML file), see `ragteam.api`.
 
 Every name is imported on first use (module `__getattr__`), so `import ragteam` stays light: torch is
-imported only by the names that need it (`register_advantage`, `register_policy_loss`) or by a run.
+imported only by the names that need it (`register_advantage`, `register_policy_loss`) or by a run. The names
+are listed once, in `_HOMES` (`__all__` is read from it); the README's list is checked against it.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
-
-__all__ = [
-    "Act",
-    "Acted",
-    "Action",
-    "Answer",
-    "AskLLM",
-    "BudgetExceeded",
-    "CollectConfig",
-    "Constraint",
-    "CriticTrainConfig",
-    "DPOConfig",
-    "Doc",
-    "EpisodeGenerator",
-    "EvalConfig",
-    "Hit",
-    "Message",
-    "PPOConfig",
-    "Question",
-    "Request",
-    "ResultOf",
-    "Retrieve",
-    "Role",
-    "SFTConfig",
-    "Workflow",
-    "WorkflowConfig",
-    "WorkflowFactory",
-    "build_workflow",
-    "collect",
-    "evaluate",
-    "get_credit",
-    "load_config",
-    "register_advantage",
-    "register_credit",
-    "register_policy_loss",
-    "register_workflow",
-    "train_critic",
-    "train_dpo",
-    "train_ppo",
-    "train_sft",
-    "workflow_names",
-]
 
 _HOMES: dict[str, tuple[str, ...]] = {
     "ragteam.protocol": (
@@ -96,23 +56,24 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "ragteam.train.losses": ("register_policy_loss",),
     "ragteam.api": (
         "CollectConfig",
-        "CriticTrainConfig",
         "DPOConfig",
         "EvalConfig",
         "PPOConfig",
+        "PRMTrainConfig",
         "SFTConfig",
         "collect",
         "evaluate",
         "load_config",
-        "train_critic",
         "train_dpo",
         "train_ppo",
+        "train_prm",
         "train_sft",
     ),
 }
-"""Where each public name lives (the module imported the first time the name is read)."""
+"""The public names, listed once: each under the module it is imported from the first time it is read."""
 
 _EXPORTS = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
@@ -127,41 +88,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-if TYPE_CHECKING:  # what type checkers and editors see; at run time the names above load lazily
-    from ragteam.api import (
-        CollectConfig,
-        CriticTrainConfig,
-        DPOConfig,
-        EvalConfig,
-        PPOConfig,
-        SFTConfig,
-        collect,
-        evaluate,
-        load_config,
-        train_critic,
-        train_dpo,
-        train_ppo,
-        train_sft,
-    )
-    from ragteam.credit import get_credit, register_credit
-    from ragteam.protocol import (
-        Act,
-        Acted,
-        Answer,
-        AskLLM,
-        BudgetExceeded,
-        Constraint,
-        EpisodeGenerator,
-        Request,
-        ResultOf,
-        Retrieve,
-        Role,
-        Workflow,
-    )
-    from ragteam.train.advantages import register_advantage
-    from ragteam.train.losses import register_policy_loss
-    from ragteam.types import Action, Doc, Hit, Message, Question
-    from ragteam.workflows.config import WorkflowConfig
-    from ragteam.workflows.registry import WorkflowFactory, build_workflow, register_workflow, workflow_names

@@ -25,7 +25,7 @@ from typing import Any
 
 from ragteam.cli.collect import Config as CollectConfig
 from ragteam.cli.evaluate import Config as EvalConfig
-from ragteam.cli.train_critic import Config as CriticTrainConfig
+from ragteam.cli.train_prm import Config as PRMTrainConfig
 from ragteam.cli.train_dpo import Config as DPOConfig
 from ragteam.cli.train_ppo import Config as PPOConfig
 from ragteam.cli.train_sft import Config as SFTConfig
@@ -33,7 +33,7 @@ from ragteam.config import load_config, quiet_own_notices, setup_caches
 
 __all__ = [
     "CollectConfig",
-    "CriticTrainConfig",
+    "PRMTrainConfig",
     "DPOConfig",
     "EvalConfig",
     "PPOConfig",
@@ -41,7 +41,7 @@ __all__ = [
     "collect",
     "evaluate",
     "load_config",
-    "train_critic",
+    "train_prm",
     "train_dpo",
     "train_ppo",
     "train_sft",
@@ -93,10 +93,10 @@ def train_dpo(cfg: DPOConfig) -> Path:
     return command.train(cfg)
 
 
-def train_critic(cfg: CriticTrainConfig) -> Path:
-    """`ragteam train critic`: a process reward model on ranked pairs; returns the output folder (load it
-    as `critic.model`)."""
-    from ragteam.cli import train_critic as command
+def train_prm(cfg: PRMTrainConfig) -> Path:
+    """`ragteam train prm`: a process reward model on ranked pairs; returns the output folder (load it
+    as `prm.model`)."""
+    from ragteam.cli import train_prm as command
 
     _prepare()
     return command.train(cfg)

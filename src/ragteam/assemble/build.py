@@ -20,9 +20,9 @@ from ragteam.retrieval.base import Retriever
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.scorers import (
-    CriticScorer,
     LLMRankScorer,
     OutcomeScorer,
+    PRMScorer,
     RandomScorer,
     RolloutScorer,
     Scorer,
@@ -86,7 +86,7 @@ def build_retriever(cfg: TeamConfig, data: str | None = None, fmt: str | None = 
 
 
 def build_scorer(
-    config: RolloutConfig, policy: Any, llm: Any, retriever: Any, critic: Any = None
+    config: RolloutConfig, policy: Any, llm: Any, retriever: Any, prm: Any = None
 ) -> Scorer | None:
     """The keep-one-of-N scorer `config.best_of` asks for (None when keep-one-of-N is off).
 
@@ -95,10 +95,10 @@ def build_scorer(
     best = config.best_of
     if best.n <= 1:
         return None
-    if best.scorer == "critic":
-        if critic is None:
-            raise ValueError("best_of.scorer=critic needs a critic model: pass --critic.model DIR")
-        return CriticScorer(critic)
+    if best.scorer == "prm":
+        if prm is None:
+            raise ValueError("best_of.scorer=prm needs a process reward model: pass --prm.model DIR")
+        return PRMScorer(prm)
     if best.scorer == "llm":
         if llm is None:
             raise ValueError("best_of.scorer=llm needs the LLM server (--llm.*)")
@@ -127,17 +127,17 @@ def build_team(
         from ragteam.llm.factory import build_chat_model
 
         llm = build_chat_model(cfg.llm) if need_llm else None
-    critic = None
+    prm = None
     best = cfg.rollout.best_of
-    if cfg.critic.model is not None and best.n > 1 and best.scorer == "critic":  # only where it scores
-        from ragteam.llm.critic import CriticModel
+    if cfg.prm.model is not None and best.n > 1 and best.scorer == "prm":  # only where it scores
+        from ragteam.llm.prm import ProcessRewardModel
 
-        critic = CriticModel.from_config(cfg.critic)
-    engine = build_engine(cfg, policy, llm, retriever, critic)
+        prm = ProcessRewardModel.from_config(cfg.prm)
+    engine = build_engine(cfg, policy, llm, retriever, prm)
     return Team(workflow=workflow, policy=policy, llm=llm, retriever=retriever, engine=engine)
 
 
-def build_engine(cfg: TeamConfig, policy: Any, llm: Any, retriever: Any, critic: Any = None) -> Engine:
+def build_engine(cfg: TeamConfig, policy: Any, llm: Any, retriever: Any, prm: Any = None) -> Engine:
     """The engine over these parts with `cfg.rollout`, and the keep-one-of-N scorer it names."""
-    scorer = build_scorer(cfg.rollout, policy, llm, retriever, critic)
+    scorer = build_scorer(cfg.rollout, policy, llm, retriever, prm)
     return Engine(policy, llm, retriever, cfg.rollout, scorer=scorer)

@@ -3,8 +3,8 @@ rollout settings) and `JudgeConfig` (an optional LLM judge endpoint).
 
 `TeamConfig` names the workflow and holds its options (the `WorkflowConfig` fields, flat: `--topk`,
 `--variant`, `--strategy`...), the policy and the LLM server (configured independently: `--policy.*`,
-`--llm.*`), the retriever (`--retriever.*`), the rollout settings (`--rollout.*`) and the critic that scores
-keep-one-of-N candidates (`--critic.*`). `ragteam ask`, `eval`, `serve team`, `collect` and `train ppo` extend it
+`--llm.*`), the retriever (`--retriever.*`), the rollout settings (`--rollout.*`) and the process reward model that scores
+keep-one-of-N candidates (`--prm.*`). `ragteam ask`, `eval`, `serve team`, `collect` and `train ppo` extend it
 with their own fields; `assemble.build.build_team` turns it into live objects.
 """
 
@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ragteam.config import Config
 from ragteam.llm.config import ModelConfig
-from ragteam.llm.critic import CriticConfig
+from ragteam.llm.prm import PRMConfig
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.workflows.config import WorkflowConfig
@@ -56,8 +56,8 @@ class TeamConfig(WorkflowConfig):
     rollout: RolloutConfig = Field(
         default_factory=RolloutConfig, description="decoding, seeds, forks, keep-one-of-N and budgets"
     )
-    critic: CriticConfig = Field(
-        default_factory=CriticConfig, description="the critic that scores candidates (--rollout.best-of.*)"
+    prm: PRMConfig = Field(
+        default_factory=PRMConfig, description="the process reward model that scores candidates (--rollout.best-of.*)"
     )
 
     def workflow_config(self) -> WorkflowConfig:

@@ -5,12 +5,12 @@
     ragteam collect sft --workflow mmoa --data hotpotqa-train.jsonl --out runs/mmoa-sft [--samples 4]
         [--candidates 10] [--min-overlap 1]
     ragteam collect process --workflow gym:react --data hotpotqa-train.jsonl --out runs/react-pairs
-        [--candidates 4] [--ranker llm|rollout|critic] [--accept cover_em]
+        [--candidates 4] [--ranker llm|rollout|prm] [--accept cover_em]
 
 Writes into --out: sft.jsonl (SFT rows; for `process`, the chosen actions of correct trajectories),
 pairs.jsonl (`process`: chosen vs lower-ranked candidates), episodes.jsonl (the trees; run the same
 command again to resume), summary.json and config.yaml. Train on them with `ragteam train sft --data
-OUT/sft.jsonl` or `ragteam train dpo|critic --data OUT/pairs.jsonl`.
+OUT/sft.jsonl` or `ragteam train dpo|prm --data OUT/pairs.jsonl`.
 """
 
 from __future__ import annotations

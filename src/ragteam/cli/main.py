@@ -23,7 +23,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("compare",): ("compare", "Compare two runs on the same questions: paired bootstrap and McNemar."),
     ("train", "sft"): ("train_sft", "Supervised fine-tuning of the policy on SFT rows (TRL; full or LoRA)."),
     ("train", "dpo"): ("train_dpo", "DPO of the policy on ranked pairs (TRL; full or LoRA)."),
-    ("train", "critic"): ("train_critic", "Train a process critic on ranked pairs (Bradley-Terry)."),
+    ("train", "prm"): ("train_prm", "Train a process reward model on ranked pairs (Bradley-Terry)."),
     ("train", "ppo"): ("train_ppo", "Multi-agent PPO of the policy over a workflow's roles (a recipe)."),
     ("collect",): ("collect", "Collect training rows: SFT (rejection sampling, MMOA-RAG) or ranked pairs."),
     ("serve", "retriever"): ("serve_retriever", "Serve an index over HTTP: Search-R1's POST /retrieve."),

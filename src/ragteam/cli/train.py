@@ -1,24 +1,27 @@
-"""What `ragteam train sft|dpo|critic` share: run one TRL-based trainer and say how to use its result.
+"""What `ragteam train sft|dpo|prm` share: run one TRL-based trainer and say how to use its result.
 
     ragteam train sft    --data sft.jsonl   --out runs/sft    [--init smollm2] [--lora] [--sft.packing]
     ragteam train dpo    --data pairs.jsonl --out runs/dpo    --init runs/sft [--dpo.beta 0.1]
-    ragteam train critic --data pairs.jsonl --out runs/critic [--init smollm2]
+    ragteam train prm --data pairs.jsonl --out runs/prm    [--init smollm2]
     ragteam train sft    --data sft.jsonl   --out runs/sft    --max-steps 400 --resume   # continue a run
     ragteam train ppo    --recipe mmoa --data q.jsonl --out runs/ppo --init runs/sft     # see train_ppo.py
 
 Schedule: --epochs E or --max-steps N, --lr, --batch-size, --grad-accum, --max-length, --seed; checkpoints
 every --save-steps into OUT/checkpoint-N. OUT also gets log.jsonl (every logged step), runs/ (TensorBoard)
 and config.yaml. Use the result with `--policy.model OUT` (full fine-tune), `--policy.model INIT
---policy.lora OUT` (--lora), or `--critic.model OUT`. The row formats are in `ragteam.train.data`.
+--policy.lora OUT` (--lora), or `--prm.model OUT`. The row formats are in `ragteam.train.data`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field
 
 from ragteam.train.common import TrainConfig
 
@@ -70,12 +73,36 @@ def run_trainer(kind: str, cfg: TrainConfig, train: Callable[[], Path]) -> int:
             file=sys.stderr,
         )
         return 130
-    if kind == "critic":
-        use = f"--critic.model {out}"
+    if kind == "prm":
+        use = f"--prm.model {out}"
     else:
         use = f"--policy.model {out}" if not cfg.lora else f"--policy.model {cfg.init} --policy.lora {out}"
     print(f"ragteam train {kind}: saved to {out}; use it with {use}", file=sys.stderr)
     return 0
+
+
+class TrainerCommand(TrainConfig):
+    """The config of a TRL trainer's command that needs nothing but its own option group (`train dpo`, `train
+    prm`): the shared settings, --overwrite, and the options in the field named `KIND` (`--dpo.*`, `--prm.*`).
+    `TRAINER` names the training function (`module:function`, imported when the command runs, so --help
+    stays fast). Each such command's module holds only its `Config` and re-exports `train` and `run` from here."""
+
+    KIND: ClassVar[str]
+    TRAINER: ClassVar[str]
+
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
+
+
+def train(cfg: TrainerCommand) -> Path:
+    """What the command does, for Python (`ragteam.train_dpo`, `ragteam.train_prm`): --out checked, the model
+    trained; returns the output folder."""
+    module, name = cfg.TRAINER.split(":")
+    return trained(cfg.KIND, cfg, getattr(importlib.import_module(module), name), getattr(cfg, cfg.KIND))
+
+
+def run(cfg: TrainerCommand) -> int:
+    """The command: `train(cfg)` with the messages of `run_trainer`."""
+    return run_trainer(cfg.KIND, cfg, lambda: train(cfg))
 
 
 def common(cfg: TrainConfig) -> TrainConfig:

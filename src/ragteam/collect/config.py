@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from ragteam.assemble.config import CORPUS_HELP, JudgeConfig, TeamConfig
 from ragteam.collect.accept import AcceptRule
 from ragteam.llm.config import ModelConfig
-from ragteam.llm.critic import CriticConfig
+from ragteam.llm.prm import PRMConfig
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import C3PO_TREE, RolloutConfig
 from ragteam.workflows.config import WorkflowConfig
@@ -63,7 +63,7 @@ class CollectConfig(WorkflowConfig):
         description="decoding, seeds and budgets (temperature 1 by default here); forks and keep-one-of-N "
         "are set by --tree/--samples/--candidates/--ranker",
     )
-    critic: CriticConfig = Field(default_factory=CriticConfig, description="the critic of --ranker critic")
+    prm: PRMConfig = Field(default_factory=PRMConfig, description="the process reward model of --ranker prm")
     judge: JudgeConfig = Field(
         default_factory=JudgeConfig, description="the judge endpoint of --accept judge"
     )
@@ -88,11 +88,11 @@ class CollectConfig(WorkflowConfig):
         description=f"process: N candidate actions per act (default {DEFAULT_N}); sft --workflow mmoa: the "
         f"Selector's K candidates (default {DEFAULT_K})",
     )
-    ranker: Literal["llm", "rollout", "critic", "random", "outcome"] = Field(
+    ranker: Literal["llm", "rollout", "prm", "random", "outcome"] = Field(
         "llm",
         description="process: who ranks the candidates (RAG-Gym's Table 4 sources): llm (the LLM server with "
-        "Fig. 10's criteria, JSON ranked_indices), rollout (mean reward of Monte Carlo rollouts), critic "
-        "(--critic.model), random (seeded uniform scores: the random PRM), outcome (a candidate's own "
+        "Fig. 10's criteria, JSON ranked_indices), rollout (mean reward of Monte Carlo rollouts), prm "
+        "(--prm.model), random (seeded uniform scores: the random PRM), outcome (a candidate's own "
         "outcome: its answer's reward when it ends the episode, else 0: data for an outcome reward model)",
     )
     keep_invalid: bool = Field(
@@ -195,5 +195,5 @@ class CollectConfig(WorkflowConfig):
             llm=self.llm,
             retriever=self.retriever,
             rollout=self.resolved_rollout(),
-            critic=self.critic,
+            prm=self.prm,
         )

@@ -1,7 +1,7 @@
 """RAG-Gym's process data: ranked candidate actions on trajectories that end correct become preference pairs.
 
 The rollout samples N candidate actions at every act, a ranker scores them (the LLM server with a rubric, or
-Monte Carlo rollouts, or a critic) and the best one is continued (`RolloutConfig.best_of`); every candidate
+Monte Carlo rollouts, or a process reward model) and the best one is continued (`RolloutConfig.best_of`); every candidate
 stays in the tree as a sibling with its `score`, the continued one `chosen`. As in RAG-Gym (appendix E),
 only trajectories whose final answer is correct are kept. For every keep-one-of-N group on a kept path, the
 chosen action is preferred over each sibling that scored strictly lower; ties carry no preference and are

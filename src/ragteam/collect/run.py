@@ -73,8 +73,8 @@ def validate(cfg: CollectConfig) -> None:
     workflow = build_workflow(run_cfg)
     if not workflow.roles:
         raise ValueError(f"workflow {cfg.workflow!r} has no policy role: there is nothing to collect for it")
-    if cfg.mode == "process" and cfg.ranker == "critic" and not cfg.critic.model:
-        raise ValueError("--ranker critic needs a critic model: pass --critic.model DIR")
+    if cfg.mode == "process" and cfg.ranker == "prm" and not cfg.prm.model:
+        raise ValueError("--ranker prm needs a process reward model: pass --prm.model DIR")
     if AcceptRule.parse(cfg.accept).needs_judge and cfg.mode != "mmoa" and not cfg.judge.base_url:
         raise ValueError("--accept judge needs a judge endpoint: pass --judge.base-url URL")
 

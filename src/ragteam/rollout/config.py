@@ -68,9 +68,9 @@ class BestOf(Config):
 
     n: int = Field(1, ge=1, description="candidates per act (1: off)")
     roles: list[str] = Field(default_factory=list, description="roles it applies to (empty: every role)")
-    scorer: Literal["critic", "llm", "rollout", "random", "outcome"] = Field(
-        "critic",
-        description="critic: a trained critic model scores each candidate; llm: the LLM server ranks "
+    scorer: Literal["prm", "llm", "rollout", "random", "outcome"] = Field(
+        "prm",
+        description="prm: a trained process reward model scores each candidate; llm: the LLM server ranks "
         "them with RAG-Gym's Fig. 10 criteria (JSON ranked_indices); rollout: Monte Carlo rollouts from each "
         "candidate, mean reward; random: a seeded uniform score (Table 4's random PRM); outcome: the "
         "candidate's own outcome, its answer's reward against the gold answers when it ends the episode, "

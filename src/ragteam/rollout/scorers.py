@@ -5,8 +5,8 @@ their scores, marks the best `chosen` and continues only it. This is RAG-Gym's c
 (Algorithm 1) and its process-data collection, and it gives every workflow best-of-N. The scorers, one per
 reward source of RAG-Gym's Table 4 (`--rollout.best-of.scorer`, `collect process --ranker`):
 
-- `CriticScorer` (`critic`): a trained critic (process or outcome reward model,
-  `ragteam.llm.critic.CriticModel`) scores each (state, candidate) pair;
+- `PRMScorer` (`prm`): a trained process reward model (or an outcome reward model,
+  `ragteam.llm.prm.ProcessRewardModel`) scores each (state, candidate) pair;
 - `LLMRankScorer` (`llm`): the LLM server ranks the candidates with Fig. 10's criteria (sufficiency, utility,
   redundancy) and answers `{"ranked_indices": [...]}`; the score is N - rank (PRM (GPT-4o / Llama) data);
 - `RolloutScorer` (`rollout`): Monte Carlo rollouts from each candidate to an answer; the score is their mean
@@ -14,7 +14,7 @@ reward source of RAG-Gym's Table 4 (`--rollout.best-of.scorer`, `collect process
 - `RandomScorer` (`random`): a seeded uniform draw per candidate (PRM (Random), the baseline);
 - `OutcomeScorer` (`outcome`): the outcome alone, the high-level MDP's reward (§2.1): a candidate that ends the
   episode scores its answer's reward against the gold answers, one after which the episode goes on scores 0
-  (ORM: outcome source "Truth", no process source; a critic trained on its pairs is the outcome reward model).
+  (ORM: outcome source "Truth", no process source; a PRM trained on its pairs is the outcome reward model).
 
 A scorer gets all candidate sets of one engine tick at once, so it can batch. `assemble.build.build_scorer`
 builds the one a run's `RolloutConfig.best_of` names.
@@ -57,15 +57,15 @@ class Scorer(Protocol):
         ...
 
 
-class CriticScorer:
-    """Scores candidates with a critic model: `critic.score([(messages, candidate)]) -> [float]`."""
+class PRMScorer:
+    """Scores candidates with a process reward model: `prm.score([(messages, candidate)]) -> [float]`."""
 
-    def __init__(self, critic: Any) -> None:
-        self.critic = critic
+    def __init__(self, prm: Any) -> None:
+        self.prm = prm
 
     def scores(self, batch: Sequence[Candidates]) -> list[list[float]]:
         items = [(c.act.messages, text) for c in batch for text in c.texts]
-        flat = list(self.critic.score(items)) if items else []
+        flat = list(self.prm.score(items)) if items else []
         out, start = [], 0
         for c in batch:
             out.append([float(s) for s in flat[start : start + len(c.texts)]])
@@ -315,8 +315,8 @@ class OutcomeScorer:
     The high-level MDP's reward (§2.1): 0 for an action after which the episode goes on (a search), the
     answer's reward against the gold answers (`metric`, e.g. F1; RAG-Gym's EM for MedQA) for one that ends it.
     Ranked by it, `collect process` keeps a correct answer over a wrong one or a search and ties the rest, so a
-    critic trained on those pairs (`ragteam train critic`) models the final answer's correctness: the outcome
-    reward model, used like any critic (`--rollout.best-of.scorer critic --critic.model DIR`). Used directly
+    PRM trained on those pairs (`ragteam train prm`) models the final answer's correctness: the outcome
+    reward model, used like any PRM (`--rollout.best-of.scorer prm --prm.model DIR`). Used directly
     at inference it reads the gold answers: an oracle, not a model.
 
     `counts`: `answers` (candidates that end the episode), `goes_on`, `errors` (a replay that failed: 0)."""

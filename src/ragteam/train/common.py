@@ -1,4 +1,4 @@
-"""What the SFT, DPO and critic trainers share: the common config, the output folder, TRL's arguments, logs.
+"""What the SFT, DPO and PRM trainers share: the common config, the output folder, TRL's arguments, logs.
 
 Every trainer writes into one folder `--out DIR`:
 
@@ -36,7 +36,7 @@ LLAMA_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_p
 
 
 class LoraFields(Config):
-    """LoRA settings, one set for every trainer (`--lora ...` on sft/dpo/critic, `--ppo.lora ...` on PPO)."""
+    """LoRA settings, one set for every trainer (`--lora ...` on sft/dpo/prm, `--ppo.lora ...` on PPO)."""
 
     lora: bool = Field(False, description="train a LoRA adapter instead of every weight")
     lora_r: int = Field(16, ge=1, description="LoRA rank")
@@ -52,7 +52,7 @@ class LoraFields(Config):
 class TrainInputs(Config):
     """What a trainer reads and writes (first in `--help`)."""
 
-    data: str = Field(description="training rows: sft.jsonl (train sft) or pairs.jsonl (train dpo|critic)")
+    data: str = Field(description="training rows: sft.jsonl (train sft) or pairs.jsonl (train dpo|prm)")
     out: str = Field(description="output folder: final model, checkpoints, log.jsonl, config.yaml")
     init: str = Field(
         "smollm2", description="initial model: 'smollm2' (packaged), 'tiny' (test model) or a model folder"
@@ -62,7 +62,7 @@ class TrainInputs(Config):
 DEFAULT_LR: dict[str, dict[str, float]] = {
     "sft": {"full": 2e-5, "lora": 2e-4},
     "dpo": {"full": 1e-6, "lora": 1e-5},
-    "critic": {"full": 1e-5, "lora": 1e-4},
+    "prm": {"full": 1e-5, "lora": 1e-4},
 }
 """Each trainer's peak learning rate when `--lr` is not given, for full fine-tuning and for LoRA: the one
 table the trainers and `--lr`'s help read (PPO's are its own fields, `--ppo.lr` / `--ppo.critic-lr`)."""
@@ -101,7 +101,7 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
         description="linear warm-up over this share of the optimizer steps, rounded up (C-3PO Table 6: 0.03)",
     )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
-    batch_size: int = Field(4, ge=1, description="rows (sft) or pairs (dpo, critic) per forward")
+    batch_size: int = Field(4, ge=1, description="rows (sft) or pairs (dpo, prm) per forward")
     grad_accum: int = Field(1, ge=1, description="forwards per optimizer step")
     max_length: int | None = Field(
         None,
@@ -109,7 +109,7 @@ class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inp
         description="most tokens of a training row (prompt + reply); longer rows are dropped, with a warning "
         "past a tenth of them (default: the longest row's, so none is dropped; lower it to bound memory)",
     )
-    seed: int = Field(0, description="seed of initialisation (LoRA, critic head), shuffling and dropout")
+    seed: int = Field(0, description="seed of initialisation (LoRA, the PRM's score head), shuffling and dropout")
     save_steps: int = Field(100, ge=1, description="write a checkpoint every N optimizer steps")
     save_total_limit: int | None = Field(2, ge=1, description="checkpoints kept (oldest deleted; none: all)")
     resume: bool = Field(False, description="continue from the newest checkpoint in --out")

@@ -13,7 +13,7 @@ SFT rows (`sft.jsonl`, for `ragteam train sft`): one assistant reply to learn.
      "question_id": "5a8b57f25542995d1e6f1371",
      "provenance": {...}}                   # optional: where the row came from (trace, node, reward ...)
 
-Pair rows (`pairs.jsonl`, for `ragteam train dpo` and `ragteam train critic`): two replies to one state.
+Pair rows (`pairs.jsonl`, for `ragteam train dpo` and `ragteam train prm`): two replies to one state.
 
     {"role": "actor",
      "messages": [...],                     # the state, as in SFT rows

@@ -11,8 +11,8 @@ Each iteration runs six named, timed phases, top to bottom in `train_ppo`:
                  C-3PO's tree where the recipe forks; every act's prompt ids, completion ids, log-probs;
 2. credit      - a registered credit function (`ragteam.credit`: outcome, tree_mc, tree_mean, mmoa,
                  process) turns each tree into one reward per policy node (with `--ppo.process-reward
-                 critic`, the gym recipe, each act is first scored by the process reward model
-                 `--critic.model`: RAG-Gym's r(s, a)); each credited node of a trained role
+                 prm`, the gym recipe, each act is first scored by the process reward model
+                 `--prm.model`: RAG-Gym's r(s, a)); each credited node of a trained role
                  (`--ppo.train-roles`) becomes a `Sample`;
 3. advantages  - one pass without gradients: old log-probs (and values, with a critic) under the current
                  weights, reference log-probs under the frozen start, all at the sampling temperature; the
@@ -144,7 +144,7 @@ def credit(trainer: Trainer, episodes: list[Episode]) -> tuple[list[Sample], dic
     judge's verdicts and the process reward model's scores are put on the trees first (`ppo_rewards.py`)."""
     if trainer.cfg.ppo.reward == "judge":
         judge_leaves(trainer, episodes)
-    if trainer.cfg.ppo.process_reward == "critic":
+    if trainer.cfg.ppo.process_reward == "prm":
         score_acts(trainer, episodes)
     fn = get_credit(trainer.cfg.ppo.credit)
     return samples_from_episodes(

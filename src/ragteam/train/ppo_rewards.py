@@ -1,5 +1,5 @@
 """PPO's reward sources besides the answer metrics: the LLM judge's verdicts (`--ppo.reward judge`) and the
-process reward model's scores (`--ppo.process-reward critic`).
+process reward model's scores (`--ppo.process-reward prm`).
 
 Both are written onto the episode trees (a leaf's `judge` reward, an act's `score`) before the `credit` phase
 runs, because a credit function is a pure function of a tree: it reads rewards and scores where the engine
@@ -30,25 +30,25 @@ def judge_leaves(trainer: Trainer, episodes: list[Episode]) -> None:
 
 
 def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
-    """`--ppo.process-reward critic` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
+    """`--ppo.process-reward prm` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
     `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
-    the critic scores candidates at inference (`CriticScorer`), in one batched call per iteration; the
+    the PRM scores candidates at inference (`PRMScorer`), in one batched call per iteration; the
     `process` credit then gives each act its own score.
 
     One reward scale per run: every act is scored by the model, or the iteration fails. An act without its
     prompt (`messages`) cannot be scored, and the `process` credit would give it the answer's F1 instead, on
     another scale than the model's logits: it is refused, naming the act (`unscorable`)."""
-    from ragteam.llm.critic import CriticModel
+    from ragteam.llm.prm import ProcessRewardModel
 
     missing = unscorable(episodes)
     if missing:
         raise ValueError(
-            f"--ppo.process-reward critic scores every act by its prompt and reply; {len(missing)} acts have "
+            f"--ppo.process-reward prm scores every act by its prompt and reply; {len(missing)} acts have "
             f"no prompt recorded ({', '.join(missing[:5])}), and crediting them by the answer's reward would "
             "mix two scales in one run"
         )
     if trainer.prm is None:
-        trainer.prm = CriticModel.from_config(trainer.cfg.critic)
+        trainer.prm = ProcessRewardModel.from_config(trainer.cfg.prm)
     acts = [n for ep in episodes for n in ep.policy_nodes()]
     scores = trainer.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
     for node, value in zip(acts, scores):

@@ -71,7 +71,7 @@ class Trainer:
     dist: Dist = SINGLE  # this process's rank under torchrun (train/distributed.py)
     model: Any = None  # what the update runs through: `ac`, or `ac` wrapped by DDP / FSDP
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
-    prm: Any = None  # the process reward model of --ppo.process-reward critic (--critic.model), on first use
+    prm: Any = None  # the process reward model of --ppo.process-reward prm (--prm.model), on first use
     resume_from: Path | None = None  # the checkpoint this run continues (its weights are loaded already)
     share_prefix: bool = False  # --ppo.share-prefix, where the policy's attention takes its mask
     # what a checkpoint restores: updates done, tokens generated, the first iterations' per-role statistics

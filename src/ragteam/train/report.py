@@ -3,7 +3,7 @@
 Weights & Biases is optional (`--report-to wandb`, the `wandb` extra: `pip install 'ragteam[wandb]'`). Its run
 lives in `OUT/wandb/`, in project `$WANDB_PROJECT` (default `ragteam`), named after OUT, with the resolved config;
 `WANDB_MODE=offline` logs without an account (`wandb sync OUT/wandb/offline-run-*` uploads it later). The run id
-is kept in `OUT/wandb-run-id`, so `--resume` continues the same W&B run. The SFT, DPO and critic trainers log
+is kept in `OUT/wandb-run-id`, so `--resume` continues the same W&B run. The SFT, DPO and PRM trainers log
 through transformers' own W&B callback, into the run opened here; PPO logs each iteration's row itself
 (`Scalars`). Only the main process of a distributed run reports.
 """

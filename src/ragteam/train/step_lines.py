@@ -1,4 +1,4 @@
-"""What the SFT, DPO and critic trainers print while they train: one line per logged step, formatted as PPO's
+"""What the SFT, DPO and PRM trainers print while they train: one line per logged step, formatted as PPO's
 iteration lines are (`sft step 5/20 (epoch 0.25): loss 2.484 | grad_norm 1.3 | lr 2e-05 | 812 tok/s`), under a
 bar over the optimizer steps, in place of transformers' progress callback, which writes each log as a raw dict
 (`{'loss': '2.484', ...}`), and of its printer (the same dict, without the bar).

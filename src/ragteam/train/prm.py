@@ -1,13 +1,13 @@
-"""Train a critic (process reward model) on pairs: a one-output sequence classifier, Bradley-Terry loss.
+"""Train a process reward model (PRM) on pairs: a one-output sequence classifier, Bradley-Terry loss.
 
-    ragteam train critic --data pairs.jsonl --out runs/critic [--init smollm2] [--lora]
+    ragteam train prm --data pairs.jsonl --out runs/prm [--init smollm2] [--lora]
 
-The critic is `AutoModelForSequenceClassification(num_labels=1)` initialised from the init LM (its body;
+The PRM is `AutoModelForSequenceClassification(num_labels=1)` initialised from the init LM (its body;
 the score head starts random from `--seed`), trained with TRL's RewardTrainer: loss = -log sigmoid(s(chosen)
-- s(rejected)), RAG-Gym's eq. 1. Inputs are tokenized here with `ragteam.llm.critic.critic_input_ids`, the
-very function `CriticModel.score` uses, so training and scoring read identical tokens.
+- s(rejected)), RAG-Gym's eq. 1. Inputs are tokenized here with `ragteam.llm.prm.prm_input_ids`, the
+very function `ProcessRewardModel.score` uses, so training and scoring read identical tokens.
 
-The result in `--out` is always a full model folder (`--critic.model DIR`, `CriticModel(DIR)`): with
+The result in `--out` is always a full model folder (`--prm.model DIR`, `ProcessRewardModel(DIR)`): with
 `--lora` the adapter is merged into the body before saving (the score head is trained in full either way).
 """
 
@@ -30,8 +30,8 @@ from ragteam.train.common import (
 from ragteam.train.data import PairRow, read_pair_rows
 
 
-class CriticOptions(Config):
-    """Critic-only settings (`--critic.*`)."""
+class PRMOptions(Config):
+    """PRM-only settings (`--prm.*`)."""
 
     score_margin: bool = Field(
         False,
@@ -45,17 +45,17 @@ class CriticOptions(Config):
     )
 
 
-def critic_dataset(rows: list[PairRow], tokenizer, max_length: int, score_margin: bool):
+def prm_dataset(rows: list[PairRow], tokenizer, max_length: int, score_margin: bool):
     """A datasets.Dataset of pre-tokenized pairs {chosen_ids, rejected_ids[, margin]} for RewardTrainer."""
     from datasets import Dataset
 
-    from ragteam.llm.critic import critic_input_ids
+    from ragteam.llm.prm import prm_input_ids
 
     records = []
     for r in rows:
         rec = {
-            "chosen_ids": critic_input_ids(tokenizer, r.messages, r.chosen, max_length),
-            "rejected_ids": critic_input_ids(tokenizer, r.messages, r.rejected, max_length),
+            "chosen_ids": prm_input_ids(tokenizer, r.messages, r.chosen, max_length),
+            "rejected_ids": prm_input_ids(tokenizer, r.messages, r.rejected, max_length),
         }
         if score_margin:
             rec["margin"] = (r.scores["chosen"] - r.scores["rejected"]) if r.scores else 0.0
@@ -63,21 +63,21 @@ def critic_dataset(rows: list[PairRow], tokenizer, max_length: int, score_margin
     return Dataset.from_list(records)
 
 
-def train_critic(cfg: TrainConfig, opts: CriticOptions | None = None) -> Path:
-    """Train a critic from `cfg.init` on the pairs in `cfg.data`; return the output folder holding it."""
+def train_prm(cfg: TrainConfig, opts: PRMOptions | None = None) -> Path:
+    """Train a process reward model from `cfg.init` on the pairs in `cfg.data`; return the output folder holding it."""
     from transformers import AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
-    opts = opts or CriticOptions()
+    opts = opts or PRMOptions()
     # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "critic", partial(read_pair_rows, command="train critic"))
+    start = start_training(cfg, opts, "prm", partial(read_pair_rows, command="train prm"))
     rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
-    # tokenizer and pre-tokenized pairs (the critic's one rendering)
+    # tokenizer and pre-tokenized pairs (the PRM's one rendering)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dataset = critic_dataset(rows, tokenizer, cfg.max_length, opts.score_margin)
+    dataset = prm_dataset(rows, tokenizer, cfg.max_length, opts.score_margin)
 
     # trainer: RewardTrainer loads the init LM as a one-output classifier (seeded head)
     args = RewardConfig(

@@ -1,12 +1,12 @@
-"""The critic (process reward model): scores a candidate reply to a state, higher is better.
+"""The process reward model (PRM): scores a candidate reply to a state, higher is better.
 
-A critic is a sequence-classification model with one output (`AutoModelForSequenceClassification`,
+A PRM is a sequence-classification model with one output (`AutoModelForSequenceClassification`,
 `num_labels=1`), initialised from the policy LM and trained on preference pairs with the Bradley-Terry loss
-(`ragteam train critic`). RAG-Gym uses it to pick the best of N candidate actions; the rollout engine's
-best-of-N selector calls `CriticModel.score`.
+(`ragteam train prm`). RAG-Gym uses it to pick the best of N candidate actions; the rollout engine's
+best-of-N selector calls `ProcessRewardModel.score`.
 
 The input rendering lives here, in one place, because the trainer and the scorer must agree token for
-token: a critic scored on a different rendering than it was trained on is silently wrong. The state's
+token: a PRM scored on a different rendering than it was trained on is silently wrong. The state's
 messages plus the candidate as the assistant's reply are rendered with the model's chat template, and the
 score is read at the end-of-turn token that closes the candidate (trailing whitespace is dropped). Inputs
 longer than `max_length` keep their end (the candidate, and the end of the state).
@@ -26,10 +26,10 @@ from ragteam.types import Message
 DEFAULT_MAX_LENGTH = 2048
 
 
-class CriticConfig(Config):
-    """Which critic to load (`--critic.model DIR`) and how to run it."""
+class PRMConfig(Config):
+    """Which process reward model to load (`--prm.model DIR`) and how to run it."""
 
-    model: str | None = Field(None, description="critic model folder (from `ragteam train critic`)")
+    model: str | None = Field(None, description="process reward model folder (from `ragteam train prm`)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weight dtype")
     max_batch_size: int = Field(16, ge=1, description="most (state, candidate) inputs scored in one forward")
@@ -38,20 +38,20 @@ class CriticConfig(Config):
     )
 
 
-def render_critic_input(messages: Sequence[Message], candidate: str) -> list[Message]:
-    """The conversation a critic reads: the state's messages, then `candidate` as the assistant's reply."""
+def render_prm_input(messages: Sequence[Message], candidate: str) -> list[Message]:
+    """The conversation a PRM reads: the state's messages, then `candidate` as the assistant's reply."""
     return [
         *({"role": m["role"], "content": m["content"]} for m in messages),
         {"role": "assistant", "content": candidate},
     ]
 
 
-def critic_input_ids(
+def prm_input_ids(
     tokenizer: Any, messages: Sequence[Message], candidate: str, max_length: int | None = DEFAULT_MAX_LENGTH
 ) -> list[int]:
-    """Token ids of `render_critic_input(messages, candidate)`, ending at the reply's end-of-turn token."""
+    """Token ids of `render_prm_input(messages, candidate)`, ending at the reply's end-of-turn token."""
     text = tokenizer.apply_chat_template(
-        render_critic_input(messages, candidate), add_generation_prompt=False, tokenize=False
+        render_prm_input(messages, candidate), add_generation_prompt=False, tokenize=False
     ).rstrip()
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if max_length is not None and len(ids) > max_length:
@@ -59,8 +59,8 @@ def critic_input_ids(
     return ids
 
 
-class CriticModel:
-    """A trained critic answering `score([(messages, candidate), ...]) -> [float]` in batches."""
+class ProcessRewardModel:
+    """A trained process reward model answering `score([(messages, candidate), ...]) -> [float]` in batches."""
 
     def __init__(
         self,
@@ -83,7 +83,7 @@ class CriticModel:
         )
         if self.model.config.num_labels != 1:
             raise ValueError(
-                f"{self.path}: a critic has one output, this model has {self.model.config.num_labels}"
+                f"{self.path}: a process reward model has one output, this model has {self.model.config.num_labels}"
             )
         pad = self.tokenizer.pad_token_id
         if pad is None:
@@ -96,16 +96,18 @@ class CriticModel:
         self.max_length = max_length
 
     @classmethod
-    def from_config(cls, cfg: CriticConfig) -> CriticModel:
+    def from_config(cls, cfg: PRMConfig) -> ProcessRewardModel:
         if not cfg.model:
-            raise ValueError("critic config: set model to a critic folder (from `ragteam train critic`)")
+            raise ValueError(
+                "prm config: set model to a process reward model folder (from `ragteam train prm`)"
+            )
         return cls(cfg.model, cfg.device, cfg.max_batch_size, cfg.max_length, cfg.dtype)
 
     def score(self, items: Sequence[tuple[Sequence[Message], str]]) -> list[float]:
         """One score per (state messages, candidate reply), in input order; higher is better."""
         import torch
 
-        ids = [critic_input_ids(self.tokenizer, m, c, self.max_length) for m, c in items]
+        ids = [prm_input_ids(self.tokenizer, m, c, self.max_length) for m, c in items]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad together
         scores = [0.0] * len(ids)
         device = next(self.model.parameters()).device
