@@ -42,8 +42,10 @@ are the ones `ragteam WORDS --help` prints; *Default* is the value the command s
 
 - **Config files.** Every command takes `--config FILE.yaml` holding the same settings as its flags:
   field names with underscores (`--max-rounds 3` is `max_rounds: 3`), nested groups as mappings
-  (`--policy.base-url URL` is `policy: {{base_url: URL}}`). Precedence: field defaults < the file < flags.
-  `train ppo` adds its recipe between the defaults and the file.
+  (`--policy.base-url URL` is `policy: {{base_url: URL}}`). Precedence, resolved in one place
+  (`ragteam.config.resolve`): field defaults < `--profile` < `train ppo`'s `--recipe` or `train sft`'s
+  `--preset` < the file < flags. The run's `config.yaml` records every value under `config:` and where it
+  came from under `sources:` (`default`, `profile`, `recipe`, `preset`, `file`, `flag`; `code` from Python).
 - **Booleans** have a `--no-` form (`--progress` / `--no-progress`).
 - **Lists** take one or more values (`--kinds bm25 dense`); repeating the flag adds to the list.
 - Types and ranges are checked when the config is built; an error names the field and the value.

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ragteam.config import ConfigError
-from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.ppo_config import PPOConfig
 
 TOKENS = 8192
 
@@ -57,20 +57,20 @@ def gym_cfg(data: Path, out: Path, **over) -> PPOConfig:
         ppo={"max_sample_tokens": TOKENS, "micro_tokens": TOKENS, "minibatch_tokens": 2 * TOKENS},
     )
     values.update(over)
-    return with_recipe(PPOConfig.model_validate(values))
+    return PPOConfig.model_validate(values)
 
 
 def test_gym_recipe_needs_a_prm_and_gym_outcome_is_the_outcome_recipe(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--prm\.model DIR.*gym-outcome"):
-        with_recipe(PPOConfig(recipe="gym", data="q", out=str(tmp_path)))
-    gym = with_recipe(PPOConfig(recipe="gym", data="q", out=str(tmp_path), prm={"model": "prm"}))
+        PPOConfig(recipe="gym", data="q", out=str(tmp_path))
+    gym = PPOConfig(recipe="gym", data="q", out=str(tmp_path), prm={"model": "prm"})
     assert (gym.ppo.process_reward, gym.ppo.credit, gym.workflow) == ("prm", "process", "gym:re2search")
-    outcome = with_recipe(PPOConfig(recipe="gym-outcome", data="q", out=str(tmp_path)))
+    outcome = PPOConfig(recipe="gym-outcome", data="q", out=str(tmp_path))
     assert (outcome.ppo.process_reward, outcome.ppo.credit) == ("none", "outcome")
     assert (outcome.workflow, outcome.max_steps, outcome.ppo.lr) == (gym.workflow, 10, gym.ppo.lr)
     mixed = {"recipe": "gym", "data": "q", "out": "o", "prm": {"model": "p"}, "ppo": {"credit": "outcome"}}
     with pytest.raises(ConfigError, match="only --ppo.credit process reads"):
-        with_recipe(PPOConfig.model_validate(mixed))
+        PPOConfig.model_validate(mixed)
 
 
 def test_gym_recipe_rewards_every_act_with_the_prms_score(
@@ -80,6 +80,7 @@ def test_gym_recipe_rewards_every_act_with_the_prms_score(
     act's reward (and so the update's) is the PRM's score of its prompt and reply, as scored directly."""
     from ragteam.llm.prm import ProcessRewardModel
     from ragteam.train import ppo
+    from ragteam.train.ppo import phases
 
     cfg = gym_cfg(hotpot_small, tmp_path / "run", prm={"model": str(tiny_prm), "device": "cpu"})
     run = ppo.build(cfg)
@@ -89,10 +90,10 @@ def test_gym_recipe_rewards_every_act_with_the_prms_score(
     prm.score = lambda items: calls.append(len(items)) or score(items)  # type: ignore[method-assign]
     run.prm = prm
 
-    episodes = ppo.rollout(run, 0)
+    episodes = phases.play(run, 0)
     acts = [n for ep in episodes for n in ep.policy_nodes()]
     assert len(episodes) == 2 and acts
-    samples, skipped = ppo.credit(run, episodes)
+    samples, skipped = phases.credit_samples(run, episodes)
     assert calls == [len(acts)]  # one batched call per iteration, every act of every episode
     assert not skipped and len(samples) == len(acts)
 
@@ -106,8 +107,8 @@ def test_gym_recipe_rewards_every_act_with_the_prms_score(
     f1 = {ep.id: ep.leaves()[0].rewards["f1"] for ep in episodes}
     assert any(s.reward != f1[s.episode] for s in samples)  # not the broadcast outcome
 
-    trained, ids = ppo.trained(run, samples, skipped)
-    exp = ppo.advantages(run, trained, ids)
+    trained, ids = phases.trained_samples(run, samples, skipped)
+    exp = run.learner.score(trained, ids)
     assert [s.reward for s in exp.samples] == [by_node[(s.episode, s.node)].reward for s in trained]
-    meters = ppo.update(run, exp, 0)
+    meters = run.learner.update(exp, 0)
     assert "actor" in meters.means()[1]

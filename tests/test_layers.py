@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("protocol", "depth"),  # what a workflow declares and yields; how its depth is counted
     ("retrieval", "llm", "metrics", "data"),  # backends, answer metrics, benchmark readers
     ("config", "types", "outdir"),  # typed configs, plain data types, the output-folder guard
+    ("precedence",),  # settings precedence: layers of mappings merged, each value's source kept
 ]
 """ragteam's layers, top first, as docs/architecture.md draws them: a module may import modules of its own
 layer (when that makes no cycle) and of the layers below it, never above. Names are top-level modules or

@@ -20,7 +20,7 @@ from ragteam.credit import CREDITS
 from ragteam.protocol import Act, Answer
 from ragteam.rollout.tree import Episode
 from ragteam.train.advantages import ESTIMATORS, Estimator, get_advantage
-from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.ppo_config import PPOConfig
 from ragteam.types import Action, Question
 
 ITERATIONS = 12  # rollouts (each followed by one update of 2 epochs x ~4 minibatches)
@@ -59,51 +59,50 @@ class Say:
 
 def reward_curve(data: Path, out: Path, estimator: str, bf16: bool = False) -> list[float]:
     from ragteam.train import ppo
+    from ragteam.train.ppo import phases
 
     est = get_advantage(estimator)
     # tree estimators: 2 trees per question, each act forked in 2 (a tree of two leaf trajectories)
     group, forks = (2, [2]) if est.forks else (4 if est.groups else 1, [])
-    cfg = with_recipe(
-        PPOConfig.model_validate(
-            {
-                "recipe": "mmoa",  # its retriever and models are built and unused: the workflow is replaced
-                "data": str(data),
-                "out": str(out),
-                "init": "tiny",
-                "limit": 16,
-                "iterations": ITERATIONS,
-                "questions_per_iteration": 32 // (group * (forks or [1])[0]),
-                "variant": "s-g",
-                "retriever": {"kind": "bm25"},
-                "progress": False,
-                "tensorboard": False,
-                "rollout": {"group_size": group, "top_p": 1.0, "forks": forks},
-                "ppo": {
-                    "advantage": estimator,
-                    "credit": "test_even_first_token",
-                    "lr": 3e-3,
-                    "critic_lr": 3e-3,
-                    "shared_critic": False,
-                    "kl_beta": 0.0,
-                    "kl_anneal_to": None,
-                    "kl_beta_min": 0.0,
-                    "lr_schedule": "constant",
-                    "epochs": 2,
-                    "minibatch_tokens": 256,
-                    "micro_tokens": 2048,
-                    "bf16": bf16,
-                },
-            }
-        )
+    cfg = PPOConfig.model_validate(
+        {
+            "recipe": "mmoa",  # its retriever and models are built and unused: the workflow is replaced
+            "data": str(data),
+            "out": str(out),
+            "init": "tiny",
+            "limit": 16,
+            "iterations": ITERATIONS,
+            "questions_per_iteration": 32 // (group * (forks or [1])[0]),
+            "variant": "s-g",
+            "retriever": {"kind": "bm25"},
+            "progress": False,
+            "tensorboard": False,
+            "rollout": {"group_size": group, "top_p": 1.0, "forks": forks},
+            "ppo": {
+                "advantage": estimator,
+                "credit": "test_even_first_token",
+                "lr": 3e-3,
+                "critic_lr": 3e-3,
+                "shared_critic": False,
+                "kl_beta": 0.0,
+                "kl_anneal_to": None,
+                "kl_beta_min": 0.0,
+                "lr_schedule": "constant",
+                "epochs": 2,
+                "minibatch_tokens": 256,
+                "micro_tokens": 2048,
+                "bf16": bf16,
+            },
+        }
     )
     run = ppo.start(cfg)
     run.workflow = Say()
     curve = []
     for it in range(ITERATIONS):
-        episodes = ppo.rollout(run, it)
-        samples, _ = ppo.credit(run, episodes)
+        episodes = phases.play(run, it)
+        samples, _ = phases.credit_samples(run, episodes)
         curve.append(sum(s.reward for s in samples) / len(samples))
-        ppo.update(run, ppo.advantages(run, samples), it)
+        run.learner.update(run.learner.score(samples), it)
     return curve
 
 

@@ -135,15 +135,15 @@ def test_value_loss_mse_is_the_plain_squared_error_c3po_eq_10():
 
 
 def test_the_value_loss_is_a_ppo_setting_and_the_c3po_recipe_uses_mse():
-    from ragteam.train.ppo_config import PPOConfig, PPOOptions, with_recipe
+    from ragteam.train.ppo_config import PPOConfig, PPOOptions
 
     assert PPOOptions().value_loss == "clipped" and PPOOptions(value_loss="mse").value_loss == "mse"
     with pytest.raises(ValueError):
         PPOOptions(value_loss="huber")
     names = ("c3po", "c3po-no-tree", "mmoa")
-    recipe = {name: with_recipe(PPOConfig(recipe=name, data="d", out="o")).ppo.value_loss for name in names}
+    recipe = {name: PPOConfig(recipe=name, data="d", out="o").ppo.value_loss for name in names}
     assert recipe["c3po"] == recipe["c3po-no-tree"] == "mse" and recipe["mmoa"] == "clipped"
-    flag = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", ppo={"value_loss": "clipped"}))
+    flag = PPOConfig(recipe="c3po", data="d", out="o", ppo={"value_loss": "clipped"})
     assert flag.ppo.value_loss == "clipped"  # a flag wins over the recipe
 
 

@@ -20,9 +20,10 @@ import torch
 from ragteam.config import ConfigError
 from ragteam.credit import get_credit
 from ragteam.data.questions import read_questions
+from ragteam.metrics.rewards import get_reward
 from ragteam.rollout.tree import Episode
 from ragteam.train.experience import Sample, micro_batches, minibatches, pack_samples, samples_from_episodes
-from ragteam.train.ppo_config import RECIPES, PPOConfig, with_recipe
+from ragteam.train.ppo_config import RECIPES, PPOConfig
 
 TOKENS = 8192  # the tiny model's byte-level BPE makes long prompts: room for two samples per row
 
@@ -84,29 +85,27 @@ def test_minibatches_respect_the_token_budget_and_the_seed() -> None:
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_packaged_recipe_is_a_valid_config(name: str, tmp_path: Path) -> None:
     prm = {"model": "prm"} if name == "gym" else {}  # RAG-Gym's PPO needs its process reward model
-    cfg = with_recipe(PPOConfig(recipe=name, data="q.jsonl", out=str(tmp_path), prm=prm))
+    cfg = PPOConfig(recipe=name, data="q.jsonl", out=str(tmp_path), prm=prm)
     assert cfg.rollout.temperature == 1.0
     get_credit(cfg.ppo.credit)
 
 
 def test_flags_override_the_recipe_and_a_recipe_inherits_its_base(tmp_path: Path) -> None:
-    mmoa = with_recipe(
-        PPOConfig.model_validate({"recipe": "mmoa", "data": "q", "out": "o", "ppo": {"lr": 3e-6}})
-    )
+    mmoa = PPOConfig.model_validate({"recipe": "mmoa", "data": "q", "out": "o", "ppo": {"lr": 3e-6}})
     assert mmoa.ppo.lr == 3e-6  # the flag
     assert (mmoa.ppo.kl_beta, mmoa.ppo.kl_anneal_to, mmoa.ppo.vf_coef) == (0.2, 0.06, 0.1)  # Table 2
     assert mmoa.ppo.credit == "mmoa" and mmoa.workflow == "mmoa"
-    tree = with_recipe(PPOConfig(recipe="c3po", data="q", out="o"))
-    flat = with_recipe(PPOConfig(recipe="c3po-no-tree", data="q", out="o"))
+    tree = PPOConfig(recipe="c3po", data="q", out="o")
+    flat = PPOConfig(recipe="c3po-no-tree", data="q", out="o")
     assert tree.rollout.forks and not flat.rollout.forks
     assert (flat.ppo.lr, flat.ppo.critic_lr, flat.topk) == (tree.ppo.lr, tree.ppo.critic_lr, tree.topk)
     assert (tree.ppo.credit, flat.ppo.credit) == ("tree_mc", "outcome")
     with pytest.raises(ConfigError, match="not a packaged recipe"):
-        with_recipe(PPOConfig(recipe="nope", data="q", out="o"))
+        PPOConfig(recipe="nope", data="q", out="o")
     loop = tmp_path / "loop.yaml"
     loop.write_text(f"recipe: {loop}\n")
     with pytest.raises(ConfigError, match="includes itself"):
-        with_recipe(PPOConfig(recipe=str(loop), data="q", out="o"))
+        PPOConfig(recipe=str(loop), data="q", out="o")
 
 
 # ---- the model side ------------------------------------------------------------------------------------
@@ -116,11 +115,12 @@ def test_flags_override_the_recipe_and_a_recipe_inherits_its_base(tmp_path: Path
 def tiny_run(hotpot_small: Path, tmp_path_factory):
     """A built run (tiny policy + critic + reference, MMOA-RAG over BM25) and one rollout's samples."""
     from ragteam.train import ppo
+    from ragteam.train.ppo import phases
 
-    cfg = with_recipe(tiny_cfg(hotpot_small, tmp_path_factory.mktemp("ppo") / "out"))
+    cfg = tiny_cfg(hotpot_small, tmp_path_factory.mktemp("ppo") / "out")
     run = ppo.build(cfg)
-    episodes = ppo.rollout(run, 0)
-    samples, skipped = ppo.credit(run, episodes)
+    episodes = phases.play(run, 0)
+    samples, skipped = phases.credit_samples(run, episodes)
     return run, episodes, samples, skipped
 
 
@@ -133,7 +133,7 @@ def test_packed_scoring_equals_the_rollout_log_probs(tiny_run) -> None:
     batch = pack_samples(samples, TOKENS)
     assert batch.input_ids.shape[0] < len(samples)  # really packed
     with torch.no_grad():
-        logp, _, _ = completion_logprobs(run.ac.policy, batch)
+        logp, _, _ = completion_logprobs(run.learner.ac.policy, batch)
     for b, s in enumerate(samples):
         n = len(s.completion_ids)
         assert torch.allclose(logp[b, :n], torch.tensor(s.rollout_logprobs), atol=1e-4)
@@ -148,33 +148,31 @@ def test_credit_follows_the_recipe(tiny_run) -> None:
         f1 = ep.leaves()[0].rewards["f1"]
         for node in ep.policy_nodes():
             assert by_node[(ep.id, node.id)].reward == pytest.approx(f1 + node.action.penalty)
-    again, _ = samples_from_episodes(episodes, get_credit("outcome"), "f1")
+    again, _ = samples_from_episodes(episodes, get_credit("outcome"), get_reward("f1"))
     assert [s.reward for s in again] == [ep.leaves()[0].rewards["f1"] for ep in episodes for _ in (0, 1)]
 
 
 def test_first_advantages_start_from_the_reference(tiny_run) -> None:
-    from ragteam.train import ppo
 
     run, _, samples, _ = tiny_run
-    exp = ppo.advantages(run, samples)
+    exp = run.learner.score(samples)
     assert torch.allclose(exp.old_logp, exp.ref_logp, atol=1e-5)  # same weights before any update
     assert torch.count_nonzero(exp.old_values) == 0  # the value head starts at zero
     assert abs(float(exp.advantages[exp.mask].mean())) < 1e-4  # whitened
 
 
 def test_an_update_lowers_the_ppo_loss_on_its_own_batch(tiny_run) -> None:
-    from ragteam.train import ppo
     from ragteam.train.losses import policy_loss, value_loss
 
     run, _, samples, _ = tiny_run
-    exp = ppo.advantages(run, samples)
+    exp = run.learner.score(samples)
     cfg = run.cfg.ppo
 
     def loss() -> float:
         batch = pack_samples(samples, TOKENS)
         t = batch.mask.shape[1]
         with torch.no_grad():
-            out = run.ac(batch)
+            out = run.learner.ac(batch)
             pg, _ = policy_loss(out.logp, exp.old_logp[:, :t], exp.advantages[:, :t], batch.mask, cfg.clip)
             vf, _ = value_loss(
                 out.values, exp.old_values[:, :t], exp.returns[:, :t], batch.mask, cfg.value_clip
@@ -182,9 +180,9 @@ def test_an_update_lowers_the_ppo_loss_on_its_own_batch(tiny_run) -> None:
         return float(pg + cfg.vf_coef * vf)
 
     before = loss()
-    for group in run.optimizer.param_groups:
+    for group in run.learner.optimizer.param_groups:
         group["lr"] = 1e-3
-    meters = ppo.update(run, exp, 0)
+    meters = run.learner.update(exp, 0)
     after = loss()
     assert after < before - 1e-3
     overall, roles = meters.means()
@@ -269,7 +267,7 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
     from ragteam.metrics.judge import LLMJudge
     from ragteam.serve.llm import make_app
     from ragteam.serve.testing import BackgroundServer
-    from ragteam.train.ppo_rewards import judge_leaves
+    from ragteam.train.ppo.tree_scores import judge_leaves
 
     run, episodes, _, _ = tiny_run
     first = episodes[0].leaves()[0]
@@ -282,7 +280,7 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
             run.judge = None
     verdicts = [ep.leaves()[0].rewards["judge"] for ep in episodes]
     assert verdicts[0] == 1.0 and set(verdicts) <= {0.0, 1.0}
-    samples, _ = samples_from_episodes(episodes, get_credit("outcome"), "judge")
+    samples, _ = samples_from_episodes(episodes, get_credit("outcome"), get_reward("judge"))
     assert [s.reward for s in samples if s.episode == episodes[0].id] == [1.0, 1.0]
     with pytest.raises(ValueError, match="judge.base-url"):
         tiny_cfg(Path("q"), Path("o"), ppo={"reward": "judge"})
@@ -368,25 +366,27 @@ def test_c3po_recipe_trains_on_its_tree_with_monte_carlo_credit(hotpot_small: Pa
     the leaves below it (tree_mc); every role's acts are trained in one update."""
     from ragteam.credit import leaf_reward, leaves_below
     from ragteam.train import ppo
+    from ragteam.train.ppo import phases
 
-    cfg = with_recipe(
-        tiny_cfg(
+    cfg = tiny_cfg(
             hotpot_small, tmp_path / "run", recipe="c3po", iterations=1, questions_per_iteration=1,
             topk=1, max_rounds=1, llm={"model": "tiny"},
             rollout={"max_tokens": 12, "llm_max_tokens": 8, "forks": "c3po", "temperature": 1.0},
-        )
-    )  # fmt: skip
+        )  # fmt: skip
     assert (cfg.ppo.credit, cfg.ppo.lr, cfg.ppo.kl_beta) == ("tree_mc", 5e-7, 0.005)  # Table 7
     run = ppo.build(cfg)
-    (episode,) = ppo.rollout(run, 0)
+    (episode,) = phases.play(run, 0)
     routers = [n for n in episode.policy_nodes() if n.role == "router"]
     assert sorted(n.action.kind for n in routers) == ["no_retrieval", "planning", "retrieval"]
-    samples, _ = ppo.credit(run, [episode])
+    samples, _ = phases.credit_samples(run, [episode])
     below = leaves_below(episode)
     for s in samples:
         leaves = below[s.node]
-        assert s.reward == pytest.approx(sum(leaf_reward(lf, "cover_em") for lf in leaves) / len(leaves))
-    meters = ppo.update(run, ppo.advantages(run, samples), 0)
+        assert s.reward == pytest.approx(
+            sum(leaf_reward(lf, lambda leaf: get_reward("cover_em")(leaf, None)) for lf in leaves)
+            / len(leaves)
+        )
+    meters = run.learner.update(run.learner.score(samples), 0)
     assert {"router", "filter", "decider"} <= set(meters.means()[1])
 
 
@@ -407,7 +407,7 @@ def test_lora_ppo_trains_an_adapter_against_its_own_base_and_resumes(
     checkpoints hold the adapter alone; resumed from its first checkpoint, the run ends where it ended."""
     from ragteam.llm.local import LocalChatModel
     from ragteam.train import ppo
-    from ragteam.train.common import resolve_init
+    from ragteam.train.run_folder import resolve_init
 
     # the entropy bonus moves the adapter whatever the tiny model's rewards (often all 0) say
     lora = {"lora": True, "lora_r": 4, "lora_alpha": 8, "lr": 1e-3, "critic_lr": 1e-3, "ent_coef": 0.1}
@@ -450,7 +450,7 @@ def test_vllm_lora_sync_needs_a_lora_policy_and_renames_the_rollout_model(
 ) -> None:
     from types import SimpleNamespace
 
-    from ragteam.train.ppo_run import weight_sync
+    from ragteam.train.ppo.run import weight_sync
     from ragteam.train.sync import PushLoRAToVLLM
 
     served = {"backend": "openai", "model": "policy", "base_url": "http://127.0.0.1:9/v1"}
@@ -493,15 +493,15 @@ def test_a_full_weight_push_of_a_lora_policy_sends_the_merged_model() -> None:
 
 
 def test_ppo_refuses_settings_that_cannot_learn(hotpot_small: Path, tmp_path: Path) -> None:
-    from ragteam.train.ppo_run import check
+    from ragteam.train.ppo.run import check
 
-    greedy = with_recipe(tiny_cfg(hotpot_small, tmp_path, rollout={"temperature": 0.0}))
+    greedy = tiny_cfg(hotpot_small, tmp_path, rollout={"temperature": 0.0})
     with pytest.raises(ValueError, match="temperature 0"):
         check(greedy)
-    lonely = with_recipe(tiny_cfg(hotpot_small, tmp_path, ppo={"advantage": "grpo"}))
+    lonely = tiny_cfg(hotpot_small, tmp_path, ppo={"advantage": "grpo"})
     with pytest.raises(ValueError, match="group-size"):
         check(lonely)
-    stranger = with_recipe(tiny_cfg(hotpot_small, tmp_path, ppo={"train_roles": "selector,router"}))
+    stranger = tiny_cfg(hotpot_small, tmp_path, ppo={"train_roles": "selector,router"})
     with pytest.raises(ValueError, match="router not a role of mmoa"):
         check(stranger)
     assert stranger.ppo.train_roles == ["selector", "router"]  # one flag value, comma-separated
@@ -513,9 +513,9 @@ def test_a_group_estimator_trains_without_a_critic_on_groups_of_episodes(
     """grpo with --rollout.group-size 3: three episodes per question, each its own sampled act; no value
     head, no critic folder; the excluded role (--ppo.train-roles generator) acts but is not trained."""
     from ragteam.train import ppo
+    from ragteam.train.ppo import phases
 
-    cfg = with_recipe(
-        tiny_cfg(
+    cfg = tiny_cfg(
             hotpot_small,
             tmp_path / "out",
             questions_per_iteration=2,
@@ -523,11 +523,10 @@ def test_a_group_estimator_trains_without_a_critic_on_groups_of_episodes(
             rollout={"group_size": 3},
             ppo={**tiny_cfg(hotpot_small, tmp_path).ppo.model_dump(), "advantage": "grpo",
                  "train_roles": ["generator"], "normalize": "none", "skip_uninformative": False},
-        )
-    )  # fmt: skip
+        )  # fmt: skip
     run = ppo.start(cfg)
-    assert not run.ac.has_critic and len(run.optimizer.param_groups) == 1
-    episodes = ppo.rollout(run, 0)
+    assert not run.learner.ac.has_critic and len(run.learner.optimizer.param_groups) == 1
+    episodes = phases.play(run, 0)
     assert len(episodes) == 6 and len({ep.id for ep in episodes}) == 6
     groups = {ep.question.metadata["group"] for ep in episodes}
     assert len(groups) == 2 and all(ep.id.split("#")[0] in groups for ep in episodes)
@@ -538,15 +537,15 @@ def test_a_group_estimator_trains_without_a_critic_on_groups_of_episodes(
         if n.role == "selector"
     }
     assert len(selector_ids) > 2  # members are sampled apart, not copies of one sample
-    samples, skipped = ppo.credit(run, episodes)
-    train, ids = ppo.trained(run, samples, skipped)
+    samples, skipped = phases.credit_samples(run, episodes)
+    train, ids = phases.trained_samples(run, samples, skipped)
     assert {s.role for s in train} == {"generator"} and skipped["role_not_trained"] == 6
-    exp = ppo.advantages(run, train, ids)
+    exp = run.learner.score(train, ids)
     assert exp.old_values is None
     for g in {s.group for s in train}:  # grpo: advantages sum to 0 within each question's group
         rows = [i for i, s in enumerate(train) if s.group == g]
         assert abs(float(exp.advantages[rows][:, 0].sum())) < 1e-4
-    meters = ppo.update(run, exp, 0)
+    meters = run.learner.update(exp, 0)
     overall, per_role = meters.means()
     assert set(per_role) == {"generator"} and "value_loss" not in overall and "grad_norm" in overall
     out = ppo.train_ppo(cfg.model_copy(update={"out": str(tmp_path / "full")}))
@@ -560,9 +559,11 @@ def test_log_probs_are_scored_at_the_sampling_temperature(tiny_run) -> None:
     s = next(x for x in samples if not x.allowed_ids)  # an unconstrained act (the Selector's is masked)
     hot = Sample(**{**s.__dict__, "temperature": 0.5})
     with torch.no_grad():
-        at_one = completion_logprobs(run.ac.policy, pack_samples([s]))[0][0, : len(s.completion_ids)]
-        at_half = completion_logprobs(run.ac.policy, pack_samples([hot]))[0][0, : len(s.completion_ids)]
-        full = run.ac.policy(torch.tensor([s.prompt_ids + s.completion_ids])).logits[0].float()
+        at_one = completion_logprobs(run.learner.ac.policy, pack_samples([s]))[0][0, : len(s.completion_ids)]
+        at_half = completion_logprobs(run.learner.ac.policy, pack_samples([hot]))[0][
+            0, : len(s.completion_ids)
+        ]
+        full = run.learner.ac.policy(torch.tensor([s.prompt_ids + s.completion_ids])).logits[0].float()
     p = len(s.prompt_ids)
     logits = full[p - 1 : p - 1 + len(s.completion_ids)] / 0.5
     expect = (
@@ -574,7 +575,7 @@ def test_log_probs_are_scored_at_the_sampling_temperature(tiny_run) -> None:
 def test_a_runaway_role_is_warned_about() -> None:
     from types import SimpleNamespace
 
-    from ragteam.train.ppo_log import runaway
+    from ragteam.train.ppo.log import runaway
 
     run = SimpleNamespace(state={})
     assert runaway(run, {"roles": {"generator": {"entropy": 1.4, "length": 5.2, "kl": 0.0}}}) == []
@@ -587,7 +588,7 @@ def test_the_runaway_baseline_is_the_median_of_the_first_iterations() -> None:
     first three, 2.3 nats is no runaway (against the first alone it was); a doubling of that median is."""
     from types import SimpleNamespace
 
-    from ragteam.train.ppo_log import runaway
+    from ragteam.train.ppo.log import runaway
 
     def warnings(entropies: list[float]) -> list[list[str]]:
         run = SimpleNamespace(state={})
@@ -609,8 +610,8 @@ def test_trained_computes_the_group_ids_once_for_the_kept_samples() -> None:
     groups and forks as `group_ids` of the kept samples."""
     from types import SimpleNamespace
 
-    from ragteam.train import ppo
     from ragteam.train.groups import group_ids
+    from ragteam.train.ppo import phases
 
     def sample(episode: str, group: str, reward: float, parent: int | None = None) -> Sample:
         return Sample(episode, 0, "actor", [1], [2], reward, group=group, parent=parent)
@@ -623,7 +624,7 @@ def test_trained_computes_the_group_ids_once_for_the_kept_samples() -> None:
     ]  # fmt: skip
     opts = SimpleNamespace(train_roles=[], skip_uninformative=True, advantage="sibling")
     skipped: dict[str, int] = {}
-    kept, ids = ppo.trained(SimpleNamespace(cfg=SimpleNamespace(ppo=opts)), samples, skipped)
+    kept, ids = phases.trained_samples(SimpleNamespace(cfg=SimpleNamespace(ppo=opts)), samples, skipped)
     assert [s.episode for s in kept] == ["a#0", "a#1", "c", "c"] and skipped == {"uninformative_group": 4}
 
     def partition(x: torch.Tensor) -> list[list[bool]]:
@@ -638,18 +639,20 @@ def test_target_kl_stops_the_update_once_the_policy_has_moved(hotpot_small: Path
     """The first step starts at ratio 1 (KL 0) and is taken; the next minibatch already measures the move
     and, with a target of ~0, stops the update there."""
     from ragteam.train import ppo
+    from ragteam.train.ppo import phases
 
     base = tiny_cfg(hotpot_small, tmp_path / "out", iterations=1).ppo.model_dump()
     base |= {"target_kl": 1e-9, "epochs": 3, "minibatch_tokens": 64, "lr": 1e-3, "ent_coef": 1.0}  # it moves
-    run = ppo.start(with_recipe(tiny_cfg(hotpot_small, tmp_path / "out", iterations=1, ppo=base)))
-    samples, _ = ppo.credit(run, ppo.rollout(run, 0))
-    overall, _ = ppo.update(run, ppo.advantages(run, samples), 0).means()
+    run = ppo.start(tiny_cfg(hotpot_small, tmp_path / "out", iterations=1, ppo=base))
+    samples, _ = phases.credit_samples(run, phases.play(run, 0))
+    overall, _ = run.learner.update(run.learner.score(samples), 0).means()
     assert overall["optimizer_steps"] == 1 and overall["early_stop_kl"] > 0
 
 
 def test_the_value_loss_setting_reaches_the_update(tiny_run, monkeypatch) -> None:
     """`--ppo.value-loss mse` (C-3PO eq. 10) is the loss the update trains and logs: no token clipped."""
-    from ragteam.train import losses, ppo, ppo_learn
+    from ragteam.train import losses
+    from ragteam.train.ppo import learner as ppo_learner
 
     run, _, samples, _ = tiny_run
     kinds: list[str] = []
@@ -658,14 +661,14 @@ def test_the_value_loss_setting_reaches_the_update(tiny_run, monkeypatch) -> Non
         kinds.append(kwargs.get("kind", "clipped"))
         return losses.value_loss(*args, **kwargs)
 
-    monkeypatch.setattr(ppo_learn, "value_loss", spy)  # the update phase computes it
-    exp = ppo.advantages(run, samples)
-    before = run.cfg.ppo
-    run.cfg.ppo = before.model_copy(update={"value_loss": "mse", "value_clip": 1e-6})
+    monkeypatch.setattr(ppo_learner, "value_loss", spy)  # the update phase computes it
+    exp = run.learner.score(samples)
+    before = run.learner.opts
+    run.learner.opts = before.model_copy(update={"value_loss": "mse", "value_clip": 1e-6})
     try:
-        overall, roles = ppo.update(run, exp, 0).means()
+        overall, roles = run.learner.update(exp, 0).means()
     finally:
-        run.cfg.ppo = before
+        run.learner.opts = before
     assert kinds and set(kinds) == {"mse"}  # the loss of the update and of the per-role statistics
     assert overall["value_clip_frac"] == 0.0 and overall["value_loss"] > 0
 

@@ -16,26 +16,24 @@ from ragteam.train.constrained import mask_structured
 from ragteam.train.experience import Sample
 from ragteam.train.groups import group_ids
 from ragteam.train.losses import KLController
-from ragteam.train.ppo_checkpoint import apply_kl_beta, apply_settings
-from ragteam.train.ppo_config import PPOConfig, PPOOptions, with_recipe
-from ragteam.train.ppo_rewards import unscorable
-from ragteam.train.ppo_run import anneal_steps
+from ragteam.train.ppo.checkpoint import apply_kl_beta, apply_settings
+from ragteam.train.ppo.learner import anneal_steps
+from ragteam.train.ppo.tree_scores import unscorable
+from ragteam.train.ppo_config import PPOConfig, PPOOptions
 from ragteam.types import Question
 
 TOKENS = 8192
 
 
 def cfg_of(data: Path, out: Path, **ppo) -> PPOConfig:
-    return with_recipe(
-        PPOConfig.model_validate(
+    return PPOConfig.model_validate(
             dict(
                 recipe="mmoa", data=str(data), out=str(out), init="tiny", limit=12, iterations=2,
                 questions_per_iteration=2, variant="s-g", topk=2, candidates=2, retriever={"kind": "bm25"},
                 progress=False, tensorboard=False, rollout={"group_size": 2},
                 ppo={"max_sample_tokens": TOKENS, "micro_tokens": TOKENS, "minibatch_tokens": 2 * TOKENS, **ppo},
             )
-        )
-    )  # fmt: skip
+        )  # fmt: skip
 
 
 # ---- KL in the loss or in the reward ------------------------------------------------------------------------
@@ -44,30 +42,31 @@ def cfg_of(data: Path, out: Path, **ppo) -> PPOConfig:
 def test_group_estimators_pay_the_kl_in_the_loss_and_gae_in_the_reward(hotpot_small: Path, tmp_path: Path):
     """grpo (kl-in auto = loss): the advantages are the credits' group-normalised scores whatever the KL,
     and the update's loss carries beta * k3; --ppo.kl-in reward puts -beta * KL back into the scores."""
-    from ragteam.train import ppo, ppo_learn
+    from ragteam.train import ppo
     from ragteam.train.advantages import get_advantage
+    from ragteam.train.ppo import phases
 
     run = ppo.start(
         cfg_of(hotpot_small, tmp_path / "a", advantage="grpo", kl_beta=0.2, kl_anneal_to=None, lr=1e-2)
     )
-    assert ppo_learn.kl_loss_coef(run) == 0.2
-    samples, _ = ppo.credit(run, ppo.rollout(run, 0))
-    ppo.update(run, ppo.advantages(run, samples), 0)  # moves the policy away from the reference
-    samples, _ = ppo.credit(run, ppo.rollout(run, 1))
+    assert run.learner.kl_loss_coef() == 0.2
+    samples, _ = phases.credit_samples(run, phases.play(run, 0))
+    run.learner.update(run.learner.score(samples), 0)  # moves the policy away from the reference
+    samples, _ = phases.credit_samples(run, phases.play(run, 1))
     kept, ids = samples, group_ids(samples)  # every act, uninformative ones too (the tiny model's F1 is ~0)
-    exp = ppo.advantages(run, kept, ids)
+    exp = run.learner.score(kept, ids)
     assert float(exp.kl.abs().sum()) > 0  # the policy moved: there is a KL to pay
     scores = torch.tensor([[s.reward] for s in kept])
     want, _ = get_advantage("grpo").fn(
         scores, torch.ones(len(kept), 1), None, ids.index, episodes=ids.episodes
     )
     assert torch.allclose(exp.advantages[:, 0], want[:, 0], atol=1e-5)  # no KL in them, no second whitening
-    overall, _ = ppo.update(run, exp, 1).means()
+    overall, _ = run.learner.update(exp, 1).means()
     assert overall["kl_loss"] > 0
 
-    run.cfg = run.cfg.model_copy(update={"ppo": run.cfg.ppo.model_copy(update={"kl_in": "reward"})})
-    assert ppo_learn.kl_loss_coef(run) == 0.0
-    in_reward = ppo.advantages(run, kept, ids)
+    run.learner.opts = run.learner.opts.model_copy(update={"kl_in": "reward"})
+    assert run.learner.kl_loss_coef() == 0.0
+    in_reward = run.learner.score(kept, ids)
     assert not torch.allclose(in_reward.advantages[:, 0], want[:, 0], atol=1e-5)
 
 
@@ -88,17 +87,17 @@ def test_the_kl_anneal_reaches_beta_min_on_the_last_iteration(tmp_path: Path) ->
     """MMOA-RAG: beta 0.2 annealed to 0.06 over 4 iterations runs at 0.2, 0.153, 0.107, 0.06 (it ran at 0.2,
     0.165, 0.13, 0.095 before). The trainer reads beta in an iteration and updates it after."""
     cfg = cfg_of(tmp_path / "d.jsonl", tmp_path / "o").model_copy(update={"iterations": 4})
-    kl = KLController(0.2, beta_min=0.06, beta_max=0.2, anneal_to=0.06, anneal_steps=anneal_steps(cfg))
+    kl = KLController(
+        0.2, beta_min=0.06, beta_max=0.2, anneal_to=0.06, anneal_steps=anneal_steps(cfg.ppo, cfg.iterations)
+    )
     used = []
     for _ in range(cfg.iterations):
         used.append(round(kl.beta, 4))
         kl.update(0.0, 1)
     assert used == [0.2, 0.1533, 0.1067, 0.06]
     one = cfg.model_copy(update={"iterations": 1})
-    assert anneal_steps(one) == 1  # a one-iteration run stays at the initial beta
-    assert (
-        anneal_steps(cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"kl_anneal_to": None})})) == 0
-    )
+    assert anneal_steps(one.ppo, one.iterations) == 1  # a one-iteration run stays at the initial beta
+    assert anneal_steps(cfg.ppo.model_copy(update={"kl_anneal_to": None}), cfg.iterations) == 0
 
 
 # ---- resume with changed settings ---------------------------------------------------------------------------
@@ -120,17 +119,15 @@ def test_a_resumed_run_uses_its_own_learning_rate_not_the_checkpoints() -> None:
     opt.load_state_dict(saved[0])
     sched.load_state_dict(saved[1])
     assert opt.param_groups[0]["lr"] == pytest.approx(2.5e-4)  # the checkpoint's: 1e-3 x 0.25
-    trainer = SimpleNamespace(
-        cfg=SimpleNamespace(ppo=SimpleNamespace(lr=4e-3, critic_lr=1e-5, weight_decay=0.01)),
-        optimizer=opt,
-        scheduler=sched,
+    learner = SimpleNamespace(
+        opts=SimpleNamespace(lr=4e-3, critic_lr=1e-5, weight_decay=0.01), optimizer=opt, scheduler=sched
     )
-    assert apply_settings(trainer) == ["--ppo.lr 0.001 -> 0.004", "--ppo.weight-decay 0 -> 0.01"]
+    assert apply_settings(learner) == ["--ppo.lr 0.001 -> 0.004", "--ppo.weight-decay 0 -> 0.01"]
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)  # 4e-3 x 0.25, the schedule's step kept
     assert opt.param_groups[0]["weight_decay"] == 0.01
     sched.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(5e-4)  # and the schedule goes on from it
-    assert apply_settings(trainer) == []  # nothing changed: nothing said
+    assert apply_settings(learner) == []  # nothing changed: nothing said
 
 
 def test_a_changed_kl_beta_restarts_its_schedule_or_is_refused_when_adaptive() -> None:
@@ -173,7 +170,7 @@ def test_a_reply_decoded_under_a_server_grammar_is_scored_under_its_whitelist() 
 
 
 def test_a_process_reward_run_refuses_an_act_it_cannot_score() -> None:
-    from ragteam.train.ppo_rewards import score_acts
+    from ragteam.train.ppo.tree_scores import score_acts
 
     question = Question("q", "?", ["a"])
     nodes = [

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from ragteam.train.experience import Sample
-from ragteam.train.ppo import nothing_trained
-from ragteam.train.ppo_config import PPOConfig, with_recipe
-from ragteam.train.ppo_log import act_counts, act_warnings, credit_means, iteration_line
+from ragteam.train.ppo.log import act_counts, act_warnings, credit_means, iteration_line, nothing_trained
+from ragteam.train.ppo_config import PPOConfig
 
 # ---- the acts of one iteration -----------------------------------------------------------------------------
 
@@ -90,13 +89,13 @@ def _cfg(**over) -> PPOConfig:
 
 
 def test_train_ppo_samples_at_temperature_one_unless_told_otherwise(tmp_path: Path) -> None:
-    assert with_recipe(_cfg()).rollout.temperature == 1.0
-    assert with_recipe(_cfg(rollout={"group_size": 4})).rollout.temperature == 1.0  # rollout built anew
-    assert with_recipe(_cfg(rollout={"temperature": 0.7})).rollout.temperature == 0.7
+    assert _cfg().rollout.temperature == 1.0
+    assert _cfg(rollout={"group_size": 4}).rollout.temperature == 1.0  # rollout built anew
+    assert _cfg(rollout={"temperature": 0.7}).rollout.temperature == 0.7
     recipe = tmp_path / "cool.yaml"
     recipe.write_text("recipe: mmoa\nrollout:\n  temperature: 0.6\n", encoding="utf-8")
-    assert with_recipe(_cfg(recipe=str(recipe))).rollout.temperature == 0.6
-    assert with_recipe(_cfg(recipe="mmoa", rollout={"temperature": 0.9})).rollout.temperature == 0.9
+    assert _cfg(recipe=str(recipe)).rollout.temperature == 0.6
+    assert _cfg(recipe="mmoa", rollout={"temperature": 0.9}).rollout.temperature == 0.9
 
 
 # ---- a real run: every act too long ------------------------------------------------------------------------
@@ -239,6 +238,7 @@ def test_extend_mds_credit_example_runs_as_written(monkeypatch) -> None:
     import re
 
     from ragteam import credit
+    from ragteam.metrics.rewards import for_question, get_reward
     from ragteam.rollout.tree import Episode, Node
     from ragteam.types import Question
 
@@ -251,7 +251,8 @@ def test_extend_mds_credit_example_runs_as_written(monkeypatch) -> None:
     ep.add(Node(id=-1, parent=0, kind="retrieve", queries=["follow-up"], k=2, hits=[[]]))
     ep.add(Node(id=-1, parent=1, kind="policy", role="asker"))
     ep.add(Node(id=-1, parent=2, kind="answer", answer="a b", rewards={"f1": 0.5, "em": 0.0}))
-    assert credit.get_credit("f1-minus-searches")(ep, "f1") == {0: pytest.approx(0.4), 2: pytest.approx(0.4)}
+    f1 = for_question(get_reward("f1"), ep.question)
+    assert credit.get_credit("f1-minus-searches")(ep, f1) == {0: pytest.approx(0.4), 2: pytest.approx(0.4)}
 
 
 def test_a_resumed_run_is_judged_with_its_earlier_iterations(tmp_path: Path) -> None:
@@ -259,7 +260,7 @@ def test_a_resumed_run_is_judged_with_its_earlier_iterations(tmp_path: Path) -> 
     log.jsonl row, or a row from before rows counted acts: its samples)."""
     from types import SimpleNamespace
 
-    from ragteam.train.ppo import earlier_acts
+    from ragteam.train.ppo.log import earlier_acts
 
     rows = [
         {"iteration": 1, "samples": 5, "skipped": {}},

@@ -18,13 +18,14 @@ from ragteam.eval.report import truncation_section
 from ragteam.eval.run import EvalConfig
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
 from ragteam.llm.config import ModelConfig
+from ragteam.precedence import sources_of
 from ragteam.protocol import Answer, AskLLM, EpisodeGenerator, Workflow
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.fit import fit_request
 from ragteam.stats.episodes import truncation_stats, workflow_stats
-from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.ppo_config import PPOConfig
 from ragteam.types import Question
 from ragteam.workflows import profiles
 from ragteam.workflows.config import WorkflowConfig
@@ -125,22 +126,21 @@ def test_flags_and_config_files_override_the_profile(tmp_path):
     assert (cfg.topk, cfg.retriever.dense_weight) == (32, 0.5)  # the rest is the profile's
 
 
-def test_profile_values_are_not_marked_as_set():
+def test_profile_values_are_named_as_the_profiles():
     cfg = TeamConfig(workflow="c3po", profile="paper", rollout={"temperature": 1.0})
-    assert cfg.model_dump(exclude_unset=True) == {
-        "workflow": "c3po",
-        "profile": "paper",
-        "rollout": {"temperature": 1.0},
-    }
+    sources = sources_of(cfg)
+    assert (sources["workflow"], sources["profile"], sources["rollout.temperature"]) == ("code",) * 3
+    assert (sources["topk"], sources["rollout.max_depth"], sources["corpus"]) == ("profile",) * 3
+    assert sources["rollout.seed"] == "default"
 
 
 def test_a_recipe_wins_over_the_profile_which_fills_the_rest():
-    cfg = with_recipe(PPOConfig(recipe="gym", data="d", out="o", profile="paper", prm={"model": "prm"}))
+    cfg = PPOConfig(recipe="gym", data="d", out="o", profile="paper", prm={"model": "prm"})
     assert cfg.workflow == "gym:re2search" and cfg.rollout.temperature == 1.0  # the recipe's
     assert (cfg.topk, cfg.last_step, cfg.rollout.max_tokens) == (32, "same", 2048)  # the profile's
-    flag = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", profile="paper", max_rounds=4))
+    flag = PPOConfig(recipe="c3po", data="d", out="o", profile="paper", max_rounds=4)
     assert (flag.max_rounds, flag.rollout.max_prompt_tokens) == (4, 4096)
-    small = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))
+    small = PPOConfig(recipe="c3po", data="d", out="o")
     assert (small.topk, small.rollout.max_depth) == (10, 13)  # `small` does not undo the recipe
 
 
@@ -263,11 +263,11 @@ def test_paper_gives_rag_gym_summaries_and_the_direct_answer_2048_tokens():
 
 
 def test_the_c3po_recipe_runs_the_papers_2048_budgets_unless_a_flag_says_small():
-    cfg = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))  # the recipe alone: its paper's profile
+    cfg = PPOConfig(recipe="c3po", data="d", out="o")  # the recipe alone: its paper's profile
     r = cfg.rollout
     assert cfg.profile == "paper" and (r.max_tokens, r.llm_max_tokens, cfg.role_caps) == (2048, 2048, False)
     assert cfg.ppo.value_loss == "mse" and cfg.ppo.max_sample_tokens is None  # derived when the run builds
-    small = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", profile="small"))
+    small = PPOConfig(recipe="c3po", data="d", out="o", profile="small")
     assert (small.rollout.max_tokens, small.rollout.llm_max_tokens, small.role_caps) == (256, 128, True)
 
 

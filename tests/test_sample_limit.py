@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from ragteam.llm.tiny import CONTEXT, tiny_model_dir
-from ragteam.train.ppo_config import PPOConfig, sample_token_limit, with_recipe
-from ragteam.train.ppo_run import model_context, with_sample_limit
+from ragteam.train.ppo.run import model_context, with_sample_limit
+from ragteam.train.ppo_config import PPOConfig, sample_token_limit
 
 
 def test_the_limit_is_the_prompt_limit_plus_the_act_limit_within_the_context():
-    paper = with_recipe(PPOConfig(recipe="c3po", data="d", out="o"))  # 4096-token prompts, 2048-token acts
+    paper = PPOConfig(recipe="c3po", data="d", out="o")  # 4096-token prompts, 2048-token acts
     assert sample_token_limit(paper, 8192) == 4096 + 2048  # what the c3po recipe's fixed 4096 cut short
     assert sample_token_limit(paper, 4096) == 4096  # never past what the model holds
     assert sample_token_limit(paper, None) == 6144
@@ -39,7 +39,7 @@ def test_config_yaml_shows_every_value_a_recipe_resolved(tmp_path):
 
     from ragteam.config import save_resolved
 
-    cfg = with_sample_limit(with_recipe(PPOConfig(recipe="c3po", data="d", out="o")), tiny_model_dir())
+    cfg = with_sample_limit(PPOConfig(recipe="c3po", data="d", out="o"), tiny_model_dir())
     saved = yaml.safe_load(save_resolved(cfg, tmp_path, "train ppo").read_text())["config"]
     assert (saved["profile"], saved["corpus"], saved["topk"], saved["role_caps"]) == (
         "paper",
@@ -55,7 +55,7 @@ def test_config_yaml_shows_every_value_a_recipe_resolved(tmp_path):
         13,
     )
     assert saved["ppo"]["max_sample_tokens"] == min(4096 + 2048, CONTEXT)
-    flag = with_recipe(PPOConfig(recipe="c3po", data="d", out="o", topk=3, corpus="distractor"))
+    flag = PPOConfig(recipe="c3po", data="d", out="o", topk=3, corpus="distractor")
     assert (flag.topk, flag.corpus, flag.rollout.max_tokens) == (
         3,
         "distractor",

@@ -28,7 +28,7 @@ from ragteam.rollout.tree import Episode
 from ragteam.serve.llm import make_app
 from ragteam.serve.testing import BackgroundServer, ServerProcess
 from ragteam.train.experience import pack_samples, samples_from_episodes
-from ragteam.train.ppo_config import PPOConfig, with_recipe
+from ragteam.train.ppo_config import PPOConfig
 from ragteam.types import Hit
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import MMOA
@@ -80,9 +80,9 @@ def test_the_workflow_option_switches_it_and_profiles_and_the_recipe_turn_it_on(
     assert on.answer.info == off.answer.info  # what it selects is read the same way
     assert TeamConfig(workflow="mmoa").selector_constrained is False  # small: as before
     assert TeamConfig(workflow="mmoa", profile="paper").selector_constrained is True
-    recipe = with_recipe(PPOConfig(recipe="mmoa", data="d", out="o"))
+    recipe = PPOConfig(recipe="mmoa", data="d", out="o")
     assert recipe.selector_constrained is True and recipe.workflow_config().selector_constrained is True
-    flag = with_recipe(PPOConfig(recipe="mmoa", data="d", out="o", selector_constrained=False))
+    flag = PPOConfig(recipe="mmoa", data="d", out="o", selector_constrained=False)
     assert flag.selector_constrained is False
 
 
@@ -168,7 +168,7 @@ def test_packed_scoring_of_a_constrained_act_equals_the_rollout_log_probs(tiny) 
     qs = [question(f"Which film came first, number {i} or the other?") for i in range(3)]
     episodes = Engine(tiny, None, _Hits(), cfg).run(workflow, qs).episodes
     episodes = [Episode.from_dict(ep.to_dict()) for ep in episodes]  # as a trainer reads them from traces
-    samples, skipped = samples_from_episodes(episodes, get_credit("outcome"), lambda leaf: 1.0)
+    samples, skipped = samples_from_episodes(episodes, get_credit("outcome"), lambda leaf, question: 1.0)
     assert not skipped
     selector = [s for s in samples if s.role == "selector"]
     generator = [s for s in samples if s.role == "generator"]

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from ragteam.config import ConfigError
-from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.depth import tree
+from ragteam.rollout.config import RolloutConfig
 from ragteam.train import ppo_config
-from ragteam.train.common import DEFAULT_LR, TrainConfig
+from ragteam.train.train_config import DEFAULT_LR, TrainConfig
 from ragteam.types import Action
 from ragteam.workflows import profiles
 from ragteam.workflows.c3po import settings as c3po
@@ -36,11 +37,11 @@ def test_a_team_from_outside_keeps_its_own_defaults_under_every_profile():
 
 
 def test_the_c3po_tree_is_the_packages():
-    assert C3PO_TREE is c3po.TREE
+    assert tree("c3po").fields is c3po.TREE  # registered by the package, looked up by name
     assert RolloutConfig(forks="c3po").forks == RolloutConfig(forks=c3po.TREE["forks"]).forks
     forced = [f.text for f in RolloutConfig(forks="c3po").forks[0].forced]
     assert forced == list(c3po.ROUTER_TAGS.values()) == ["[No Retrieval]", "[Retrieval]", "[Planning]"]
-    assert C3PO_TREE["max_depth"] == c3po.MAX_DEPTH == 13
+    assert c3po.TREE["max_depth"] == c3po.MAX_DEPTH == 13
 
 
 def test_the_router_writes_and_reads_the_stated_tags():
@@ -55,12 +56,12 @@ def test_recipes_take_the_papers_values_from_the_package():
     c3 = ppo_config.recipe_values("c3po")
     assert c3["profile"] == "paper" and c3["rollout"]["max_depth"] == c3po.MAX_DEPTH  # training's 13
     assert c3["rollout"]["forks"] == "c3po" and "paper" not in c3
-    run = ppo_config.with_recipe(ppo_config.PPOConfig(recipe="c3po-no-tree", data="d", out="o"))
+    run = ppo_config.PPOConfig(recipe="c3po-no-tree", data="d", out="o")
     assert (run.topk, run.max_rounds, run.rollout.max_depth) == (c3po.TOPK, 13, 13)  # through its base
-    mmoa = ppo_config.with_recipe(ppo_config.PPOConfig(recipe="mmoa", data="d", out="o"))
+    mmoa = ppo_config.PPOConfig(recipe="mmoa", data="d", out="o")
     assert mmoa.selector_constrained is True and mmoa.fill_from_question is False
     gym = ppo_config.PPOConfig(recipe="gym", data="d", out="o", prm={"model": "m"})
-    g = ppo_config.with_recipe(gym)
+    g = gym
     assert (g.max_steps, g.topk, g.retriever.fusion, g.last_step) == (10, 32, "rrf", "same")
 
 
@@ -78,7 +79,7 @@ def test_a_recipe_naming_a_value_the_paper_does_not_state_is_an_error(tmp_path):
 
 
 def test_learning_rate_defaults_stand_in_one_table():
-    from ragteam.train.common import resolved_lr
+    from ragteam.train.train_config import resolved_lr
 
     help_text = TrainConfig.model_fields["lr"].description
     assert "sft 2e-5 (LoRA 2e-4), dpo 1e-6 (LoRA 1e-5), prm 1e-5 (LoRA 1e-4)" in help_text

@@ -180,8 +180,8 @@ def test_a_tiny_grpo_run_with_shared_prompts_finishes(
     do share prompts (the group's first acts), so they cost fewer tokens than unshared."""
     from test_ppo import tiny_cfg
 
-    from ragteam.train import ppo, ppo_learn
-    from ragteam.train.ppo_config import with_recipe
+    from ragteam.train import ppo
+    from ragteam.train.ppo import learner as ppo_learner
 
     packed: list[tuple[int, int]] = []  # (tokens shared, tokens unshared) of every packed batch
 
@@ -190,22 +190,20 @@ def test_a_tiny_grpo_run_with_shared_prompts_finishes(
         packed.append((packed_tokens(samples, True), packed_tokens(samples)))
         return pack_samples(samples, *a, share_prefix=share_prefix, **kw)
 
-    monkeypatch.setattr(ppo_learn, "pack_samples", spy)  # the advantage and update phases pack
+    monkeypatch.setattr(ppo_learner, "pack_samples", spy)  # the advantage and update phases pack
     base = tiny_cfg(hotpot_small, tmp_path)
-    cfg = with_recipe(
-        tiny_cfg(
-            hotpot_small,
-            tmp_path / "out",
-            questions_per_iteration=2,
-            iterations=2,
-            rollout={"group_size": 2},
-            ppo={
-                **base.ppo.model_dump(),
-                "advantage": "grpo",
-                "share_prefix": True,
-                "skip_uninformative": False,
-            },
-        )
+    cfg = tiny_cfg(
+        hotpot_small,
+        tmp_path / "out",
+        questions_per_iteration=2,
+        iterations=2,
+        rollout={"group_size": 2},
+        ppo={
+            **base.ppo.model_dump(),
+            "advantage": "grpo",
+            "share_prefix": True,
+            "skip_uninformative": False,
+        },
     )
     assert cfg.ppo.share_prefix
     out = ppo.train_ppo(cfg)
@@ -231,7 +229,7 @@ def test_shared_prompts_need_an_attention_that_takes_the_mask(capsys):
     by the main process, and the switch off stays off."""
     from types import SimpleNamespace
 
-    from ragteam.train.ppo_run import shares_prefix
+    from ragteam.train.ppo.run import shares_prefix
 
     def policy(attention: str) -> SimpleNamespace:
         return SimpleNamespace(config=SimpleNamespace(_attn_implementation=attention))

@@ -11,9 +11,10 @@ import yaml
 
 from ragteam.cli.main import main
 from ragteam.llm.tiny import CHATML_TEMPLATE
-from ragteam.train.common import TrainConfig, read_log
 from ragteam.train.data import DataError, read_sft_rows
+from ragteam.train.run_folder import read_log
 from ragteam.train.sft import SFTOptions, build_sft_trainer, train_sft
+from ragteam.train.train_config import TrainConfig
 
 SYSTEM = "You are the router of a retrieval team."
 
@@ -84,7 +85,7 @@ def test_scoring_only_trained_tokens_gives_the_same_loss(sft_file: Path, tmp_pat
     import trl.trainer.utils as trl_utils
     from trl.kernels.chunked_logprob import _use_triton as genuine
 
-    from ragteam.train.common import score_only_trained_tokens_on_cpu
+    from ragteam.train.trl_args import score_only_trained_tokens_on_cpu
 
     cfg = tiny_cfg(sft_file, tmp_path / "out", max_steps=1)
     trainer, _ = build_sft_trainer(cfg, SFTOptions(), read_sft_rows(sft_file), lr=1e-4)
@@ -283,7 +284,7 @@ def test_cosine_schedule_warms_up_then_follows_half_a_cosine(sft_file: Path, tmp
 def test_schedules_and_warm_up_reach_the_trainer_arguments(tmp_path: Path) -> None:
     from transformers import TrainingArguments
 
-    from ragteam.train.common import trainer_arguments
+    from ragteam.train.trl_args import trainer_arguments
 
     def args(**kw) -> TrainingArguments:
         return TrainingArguments(**trainer_arguments(tiny_cfg(tmp_path, tmp_path / "o", **kw), 1e-3))
@@ -330,27 +331,26 @@ def test_presets_hold_the_papers_values() -> None:
 def test_flags_and_config_files_override_a_preset(tmp_path: Path) -> None:
     from ragteam.cli.train_sft import Config
     from ragteam.config import ConfigError, load_config
-    from ragteam.train.sft import with_preset
 
     base = {"data": "d", "out": "o"}
-    plain = with_preset(load_config(Config, overrides=base))
+    plain = load_config(Config, overrides=base)
     assert (plain.lr, plain.epochs, plain.lr_schedule, plain.lora) == (
         None,
         1.0,
         "linear",
         False,
     )  # no preset
-    c3po = with_preset(load_config(Config, overrides=base | {"preset": "c3po", "lr": 1e-5, "epochs": 1}))
+    c3po = load_config(Config, overrides=base | {"preset": "c3po", "lr": 1e-5, "epochs": 1})
     assert (c3po.lr, c3po.epochs) == (1e-5, 1.0)  # the flags
     assert (c3po.lr_schedule, c3po.warmup_ratio, c3po.max_length) == ("cosine", 0.03, 4096)  # the preset
     path = tmp_path / "run.yaml"
     path.write_text("preset: rag-gym\nlora_r: 64\n")
-    gym = with_preset(load_config(Config, path, base | {"lora_alpha": 128}))
+    gym = load_config(Config, path, base | {"lora_alpha": 128})
     assert (gym.lora, gym.lora_r, gym.lora_alpha) == (True, 64, 128)  # file and flag over the preset
     assert gym.lora_targets == ["q_proj", "k_proj", "v_proj", "o_proj"] and gym.lr_schedule == "linear"
     with pytest.raises(ConfigError):
         load_config(Config, overrides=base | {"preset": "mmoa"})
-    steps = with_preset(load_config(Config, overrides=base | {"preset": "c3po", "warmup_steps": 10}))
+    steps = load_config(Config, overrides=base | {"preset": "c3po", "warmup_steps": 10})
     assert (steps.warmup_steps, steps.warmup_ratio, steps.lr) == (10, 0.0, 4e-5)  # the flag's warm-up wins
     with pytest.raises(ConfigError, match="give one of the two"):
         load_config(Config, overrides=base | {"warmup_ratio": 0.1, "warmup_steps": 10})
@@ -439,7 +439,7 @@ def test_the_recomputation_flag_is_named_as_the_installed_transformers_names_it(
     image has only the old name): the trainers pass whichever this installation's TrainingArguments has."""
     from transformers import TrainingArguments
 
-    from ragteam.train.common import _checkpointing_arg
+    from ragteam.train.trl_args import _checkpointing_arg
 
     name = _checkpointing_arg()
     assert name in TrainingArguments.__dataclass_fields__

@@ -30,19 +30,53 @@ import stat
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, ValidationInfo, model_validator
+
+from ragteam.precedence import Layer, layered, sources_of
+
+_LAYERED = "ragteam.layered"  # validation context key: the class whose layers `resolve` merged already
 
 
 class Config(BaseModel):
     """Base of every command's config: unknown keys are errors, values are validated on assignment, and no
-    float field takes NaN or infinity (an infinite wait or timeout is a hang, not a setting)."""
+    float field takes NaN or infinity (an infinite wait or timeout is a hang, not a setting).
+
+    Settings resolve in one place (`resolve`): defaults < the class's own `layers` (a profile, a recipe, a
+    preset) < config file < flags (or, built in Python, the constructor's arguments: `code`), merged as
+    plain mappings and validated once; each value's source is kept (`sources_of`) for config.yaml."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal values are equal configs, wherever each came from (`_sources` is not compared)."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    @classmethod
+    def layers(cls, given: dict[str, Any]) -> list[Layer]:
+        """The layers under the user's values, lowest first, chosen from `given` (the user's values merged:
+        a `--recipe` or `--profile` named on the command line or in the file). None by default."""
+        return []
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _layered(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
+        """A config built in Python (`EvalConfig(workflow="mmoa", profile="paper")`) resolves like the command
+        line, its arguments the top layer (`code`); a model being assigned and `resolve`'s input pass through."""
+        own = cls.layers.__func__ is not Config.layers.__func__  # type: ignore[attr-defined]
+        if not isinstance(data, dict) or (info.context or {}).get(_LAYERED) is cls or not own:
+            return handler(data)
+        merged, sources = layered(cls, [("code", data)])
+        model = handler(merged)
+        model._sources = sources
+        return model
 
 
 class ConfigError(ValueError):
@@ -268,10 +302,31 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str = "the
     data[keys[-1]] = value
 
 
+def _check_group(data: dict[str, Any], dotted: str, where: str) -> None:
+    """ConfigError when the file gives a group a value that is not a mapping (`policy: 5`) and a flag sets a
+    field inside it (`--policy.model`)."""
+    keys = dotted.split(".")
+    for depth, key in enumerate(keys[:-1]):
+        inner = data.get(key)
+        if inner is None:
+            return
+        if not isinstance(inner, dict):
+            name = ".".join(keys[: depth + 1])
+            raise ConfigError(
+                f"{where}: {name} is {short_repr(inner)}, but --{dotted.replace('_', '-')} sets a field "
+                f"inside it; write {name} as a mapping of its fields"
+            )
+        data = inner
+
+
 def load_config(
-    cls: type[Config], path: str | Path | None = None, overrides: dict[str, Any] | None = None
+    cls: type[Config],
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    source: str = "code",
 ) -> Config:
-    """Build `cls` from an optional YAML file and dotted overrides; raise ConfigError naming bad fields."""
+    """`cls` from an optional YAML file and dotted overrides (`source`: `flag` from the command line, else
+    `code`), resolved by `resolve`; ConfigError naming bad fields."""
     data: dict[str, Any] = {}
     where = "command line"
     if path is not None:
@@ -284,21 +339,36 @@ def load_config(
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{where}: the top level must be a mapping of field names to values")
         data = loaded or {}
+    given: dict[str, Any] = {}
     for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value, where)
+        _set_dotted(given, dotted, value, where)
+        _check_group(data, dotted, where)
+    return resolve(cls, [("file", data), (source, given)], where)
+
+
+def config_from_args(cls: type[Config], args: argparse.Namespace) -> Config:
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    return load_config(cls, getattr(args, "config", None), overrides, source="flag")
+
+
+# ---------------------------------------------------------------------------------------------- resolving
+
+
+def resolve(cls: type[Config], given: Iterable[Layer], where: str = "command line") -> Config:
+    """The one resolver of every command's settings: field defaults < `cls.layers` (profile, recipe, preset)
+    < `given` (config file, then flags), merged as plain mappings, validated once; the model keeps each
+    value's source (`sources_of`). ConfigError naming `where` and each bad field."""
+    merged, sources = layered(cls, list(given))
     try:
-        return cls.model_validate(data)
+        model = cls.model_validate(merged, context={_LAYERED: cls})
     except ValidationError as e:
         lines = [f"{where}: invalid config for {cls.__name__}:"]
         for err in e.errors():
             field = ".".join(str(p) for p in err["loc"])
             lines.append(f"  {field}: {err['msg']} (got {short_repr(err.get('input'))})")
         raise ConfigError("\n".join(lines)) from None
-
-
-def config_from_args(cls: type[Config], args: argparse.Namespace) -> Config:
-    overrides = {k: v for k, v in vars(args).items() if k != "config"}
-    return load_config(cls, getattr(args, "config", None), overrides)
+    model._sources = sources
+    return model
 
 
 def versions() -> dict[str, str]:
@@ -324,6 +394,7 @@ def save_resolved(cfg: BaseModel, out_dir: str | Path, command: str, team: dict 
     doc = {
         "command": command,
         "config": cfg.model_dump(mode="json"),
+        "sources": sources_of(cfg),  # where each value came from: default, profile, recipe, file, flag...
         "versions": versions(),
         "cwd": os.getcwd(),
     }

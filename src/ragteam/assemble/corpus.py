@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from ragteam.config import ragteam_home
+from ragteam.precedence import sources_of
 from ragteam.retrieval.evaluate import support_recall
 from ragteam.rollout.tree import Episode
 from ragteam.types import Doc, Question, doc_id
@@ -104,7 +106,9 @@ def parse_corpus(value: str | None) -> CorpusSpec:
 def corpus_was_chosen(cfg: Any) -> bool:
     """Whether the config's corpus was given (flag, config file, recipe), not filled in by a profile: a
     profile's `pooled` yields to an index or URL the user names, a corpus the user names clashes with it."""
-    return getattr(cfg, "corpus", None) is not None and "corpus" in getattr(cfg, "model_fields_set", ())
+    if getattr(cfg, "corpus", None) is None or not isinstance(cfg, BaseModel):
+        return False
+    return sources_of(cfg).get("corpus", "default") not in ("default", "profile")
 
 
 def open_corpus(

@@ -16,28 +16,24 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pydantic import Field
-
-from ragteam.cli.train import OVERWRITE_HELP, check_train_out, train_lock
+from ragteam.cli.train import check_train_out, train_lock
 from ragteam.train.ppo_config import PPOConfig
 
-
-class Config(PPOConfig):
-    """Multi-agent PPO on episode trees (one policy, every role, a centralized critic)."""
-
-    overwrite: bool = Field(False, description=OVERWRITE_HELP)
+Config = PPOConfig
+"""Multi-agent PPO on episode trees (one policy, every role, a centralized critic): the library's config,
+resolved from flags by `ragteam.config.resolve` (defaults < profile < recipe < --config < flags)."""
 
 
-def train(cfg: Config) -> Path:
-    """What the command does, for Python (`ragteam.train_ppo`): --out checked, the recipe applied, the
-    iterations run; returns the output folder (the final policy)."""
+def train(cfg: PPOConfig) -> Path:
+    """What the command does, for Python (`ragteam.train_ppo`): --out checked, the iterations run; returns
+    the output folder (the final policy). The recipe is part of `cfg` already (resolved when it was built)."""
     from ragteam.train.ppo import train_ppo
 
     check_train_out("ppo", cfg)  # type: ignore[arg-type]  (duck-typed: .out, .overwrite)
-    return train_ppo(PPOConfig.model_validate(cfg.model_dump(exclude_unset=True, exclude={"overwrite"})))
+    return train_ppo(cfg)
 
 
-def run(cfg: Config) -> int:
+def run(cfg: PPOConfig) -> int:
     try:
         with train_lock("ppo", cfg):
             out = train(cfg)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from ragteam.cli.train import OVERWRITE_HELP, run_trainer, trained
-from ragteam.train.common import TrainConfig
-from ragteam.train.sft import SFTOptions
+from ragteam.precedence import Layer
+from ragteam.train.sft import SFTOptions, preset_layers
+from ragteam.train.train_config import TrainConfig
 
 
 class Config(TrainConfig):
@@ -24,18 +25,19 @@ class Config(TrainConfig):
     sft: SFTOptions = Field(default_factory=SFTOptions)
     overwrite: bool = Field(False, description=OVERWRITE_HELP)
 
+    @classmethod
+    def layers(cls, given: dict[str, Any]) -> list[Layer]:
+        """The preset's values under the config file and flags (`ragteam.train.sft.preset_layers`)."""
+        return preset_layers(given)
+
 
 def train(cfg: Config) -> Path:
-    """What the command does, for Python (`ragteam.train_sft`): the preset applied, --out checked, the
-    model trained; returns the output folder."""
-    from ragteam.train.sft import train_sft, with_preset
+    """What the command does, for Python (`ragteam.train_sft`): --out checked, the model trained; returns
+    the output folder. The preset is part of `cfg` already (resolved when it was built)."""
+    from ragteam.train.sft import train_sft
 
-    cfg = with_preset(cfg)
     return trained("sft", cfg, train_sft, cfg.sft)
 
 
 def run(cfg: Config) -> int:
-    from ragteam.train.sft import with_preset
-
-    cfg = with_preset(cfg)  # the message names --lora as the preset sets it (applying it again is a no-op)
     return run_trainer("sft", cfg, lambda: train(cfg))

@@ -1,7 +1,7 @@
 """`ragteam train ppo`'s settings: the run (workflow, models, retriever, rollout), the schedule, PPO's knobs.
 
 Precedence: field defaults < the profile < the recipe (`--recipe c3po|mmoa|gym|gym-outcome|c3po-no-tree` or a
-YAML file) < `--config FILE` < flags. Every packaged recipe names `profile: paper`, so `--recipe c3po` alone
+YAML file) < `--config FILE` < flags, resolved once (`ragteam.config.resolve`, `PPOConfig.layers`). Every packaged recipe names `profile: paper`, so `--recipe c3po` alone
 runs its paper's lengths, candidates, top-k, fusion, last step and corpus (`workflows/profiles.py`); a flag,
 `--profile small` included, wins over any of them. Recipes live in `ragteam/train/recipes/` and say where
 each value comes from.
@@ -20,9 +20,11 @@ from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.config import ConfigError
 from ragteam.credit import credit_help
 from ragteam.llm.prm import PRMConfig
+from ragteam.metrics.rewards import reward_help
+from ragteam.precedence import Layer, merge_layers
 from ragteam.rollout.config import RolloutConfig
-from ragteam.train.common import LoraFields
 from ragteam.train.report import REPORT_TO_HELP, ReportTo
+from ragteam.train.train_config import LoraFields
 from ragteam.workflows import profiles
 
 
@@ -89,10 +91,10 @@ class PPOOptions(LoraFields):
         description="roles whose acts are trained (empty: all); the others still act, and are left out of "
         "the update (MMOA-RAG's Table 4 'w/o agent i' ablation)",
     )
-    reward: Literal["f1", "em", "cover_em", "judge"] = Field(
+    reward: str = Field(
         "f1",
-        description="the answer's reward: f1, em, cover_em against the gold answers, or judge (1/0 from the "
-        "LLM judge at --judge.base-url, every answer leaf of an iteration judged in one batch)",
+        description=reward_help() + " (f1, em, cover_em against the gold answers; judge: 1/0 from the LLM "
+        "judge at --judge.base-url, every answer leaf of an iteration judged in one batch)",
     )
     process_reward: Literal["none", "prm"] = Field(
         "none",
@@ -269,6 +271,25 @@ class PPOConfig(TeamConfig):
         "reward under --ppo.process-reward prm (--recipe gym); not the PPO value model (OUT/critic/)",
     )
 
+    overwrite: bool = Field(
+        False,
+        description="write into a non-empty --out that holds files this command did not write (another "
+        "command's run, someone's files); a folder holding this trainer's own checkpoints or model still "
+        "needs --resume",
+    )
+
+    @classmethod
+    def layers(cls, given: dict) -> list[Layer]:
+        """Under the user's values: the recipe (`given`'s `recipe`), over the profile its workflow and profile
+        name (the user's choice first), over the sampling temperature of training rollouts."""
+        recipe = recipe_values(given["recipe"]) if given.get("recipe") is not None else {}
+        chosen, _ = merge_layers([("recipe", recipe), ("given", given)])
+        return [
+            ("default", {"rollout": {"temperature": SAMPLING_TEMPERATURE}}),
+            *super().layers(chosen),
+            ("recipe", recipe),
+        ]
+
     @model_validator(mode="after")
     def _policy_is_the_trained_model(self) -> PPOConfig:
         if self.policy.backend == "local" and self.policy.model not in ("smollm2", self.init):
@@ -368,26 +389,4 @@ def _paper_values(path: Path, data: dict) -> dict:
 
 
 def _merge(base: dict, top: dict) -> dict:
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def with_recipe(cfg: PPOConfig) -> PPOConfig:
-    """`cfg` with its recipe's values filled in under the ones set explicitly (config file, flags, code):
-    pydantic remembers which fields were set, so a flag always wins over the recipe. A run whose temperature
-    neither sets samples at `SAMPLING_TEMPERATURE` (also when other --rollout.* flags built `rollout` anew)."""
-    given = cfg.model_dump(mode="json", exclude_unset=True)
-    merged = _merge(recipe_values(cfg.recipe), given) if cfg.recipe is not None else given
-    if "temperature" not in merged.get("rollout", {}):
-        merged = _merge(merged, {"rollout": {"temperature": SAMPLING_TEMPERATURE}})
-    elif cfg.recipe is None:
-        return cfg
-    try:
-        return PPOConfig.model_validate(merged)
-    except ValueError as e:
-        raise ConfigError(f"recipe {cfg.recipe}: {e}" if cfg.recipe else str(e)) from None
+    return merge_layers([("recipe", base), ("recipe", top)])[0]

@@ -14,30 +14,24 @@ The result in `--out` is a full model folder (`--policy.model DIR`) or, with `--
 (`--policy.model INIT --policy.lora DIR`). The tokenizer is saved with the model's stock chat template.
 
 `--preset c3po|rag-gym` sets a paper's SFT values (`PRESETS`, each with its source; docs/training.md lists
-them). As with PPO's recipes (`ppo_config.with_recipe`): field defaults < preset < `--config FILE` < flags.
+them). As with PPO's recipes, resolved once (`ragteam.config.resolve`, `preset_layers`): field defaults < preset <
+`--config FILE` < flags.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ragteam.config import Config, ConfigError
-from ragteam.train.common import (
-    TrainConfig,
-    conversation_length,
-    drop_long_rows,
-    jsonl_log_callback,
-    lora_config,
-    resolve_init,
-    row_limit,
-    start_training,
-    train_and_report,
-    trainer_arguments,
-)
+from ragteam.precedence import Layer
 from ragteam.train.data import SFTRow, read_sft_rows
+from ragteam.train.rows import conversation_length, drop_long_rows, row_limit
+from ragteam.train.run_folder import resolve_init
+from ragteam.train.train_config import TrainConfig, lora_config
+from ragteam.train.trl_args import jsonl_log_callback, start_training, train_and_report, trainer_arguments
 from ragteam.workflows.setting import Setting
 
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -66,8 +60,6 @@ PRESETS: dict[str, tuple[Setting, ...]] = {
 preset: the batch is --batch-size x --grad-accum x GPUs, sized to the hardware. RAG-Gym states no learning
 rate, epochs or schedule (they are in its source code only), so its preset leaves them at ragteam's."""
 
-_C = TypeVar("_C", bound=BaseModel)
-
 
 def preset_values(name: str) -> dict[str, Any]:
     """The settings of preset `name` as a flat dict of TrainConfig fields; ConfigError naming the presets."""
@@ -76,21 +68,16 @@ def preset_values(name: str) -> dict[str, Any]:
     return {s.key: s.value for s in PRESETS[name]}
 
 
-def with_preset(cfg: _C) -> _C:
-    """`cfg` with its preset's values (`cfg.preset`) filled in under the ones set explicitly (config file,
-    flags, code): pydantic remembers which fields were set, so a flag always wins over the preset."""
-    name = getattr(cfg, "preset", None)
+def preset_layers(given: dict[str, Any]) -> list[Layer]:
+    """The preset `given` names (`--preset`) as the layer under the config file and flags (what a command's
+    config returns from `layers`); a warm-up said in steps (`--warmup-steps`) drops the preset's ratio."""
+    name = given.get("preset")
     if name is None:
-        return cfg
-    given = cfg.model_dump(mode="json", exclude_unset=True)
+        return []
     values = preset_values(name)
     if "warmup_steps" in given:  # one warm-up, said in steps: the preset's ratio gives way
         values.pop("warmup_ratio", None)
-    merged = values | given
-    try:
-        return type(cfg).model_validate(merged)
-    except ValueError as e:
-        raise ConfigError(f"preset {name}: {e}") from None
+    return [("preset", values)]
 
 
 def preset_table() -> str:

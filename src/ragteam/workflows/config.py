@@ -2,17 +2,18 @@
 
 `profile` names a set of defaults per workflow (`ragteam.workflows.profiles`: `small`, the defaults as they
 were; `paper`, each paper's stated values). Every command's config (eval, ask, collect, train ppo) derives
-from `WorkflowConfig`, so this class's validator is the one place a profile is applied: it fills the values
-the user did not set, for the workflow the config names, before the fields are validated.
+from `WorkflowConfig`, whose `layers` gives the profile's values for the workflow the config names to the one
+resolver (`ragteam.config.resolve`), under the recipe, the config file and the flags.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from ragteam.config import Config
+from ragteam.precedence import Layer, only_fields
 from ragteam.workflows import profiles
 
 
@@ -65,16 +66,17 @@ class WorkflowConfig(Config):
         "direct answer 64); off (--profile paper), those acts get --rollout.max-tokens like every other act",
     )
 
-    @model_validator(mode="wrap")
     @classmethod
-    def _profile(cls, data: Any, handler: Any) -> Any:
-        """Fill the profile's values under the explicit ones, then forget that they were set (so a recipe
-        applied later, `exclude_unset`, still sees them as defaults)."""
-        data, filled = profiles.apply_profile(cls, data, fields=_fillable(cls))
-        model = handler(data)
-        if filled:
-            profiles.unmark(model, filled)
-        return model
+    def layers(cls, given: dict[str, Any]) -> list[Layer]:
+        """The profile's values for the workflow the config names (`given`'s, else the field's default),
+        for the fields this class has (`ragteam.config.resolve` puts them under the user's values)."""
+        if "workflow" not in cls.model_fields:
+            return []
+        profile = given.get("profile", cls.model_fields["profile"].default)
+        workflow = given.get("workflow", cls.model_fields["workflow"].default)
+        if profile not in profiles.PROFILES or not isinstance(workflow, str):
+            return []  # validation reports the bad value
+        return [("profile", only_fields(cls, profiles.values(profile, workflow), _fillable(cls)))]
 
 
 def _fillable(cls: type[Config]) -> dict[str, Any]:

@@ -9,8 +9,8 @@ paper's stated values in one table, each with its source; `small` declares the d
 results made before profiles existed still hold (the default profile is `small`).
 
 A profile only fills what the user left unset: field defaults < profile < recipe (`train ppo --recipe`) <
-`--config FILE` < flags. Values it filled are not marked as set on the config, so a recipe applied later
-still wins over them (`ragteam.train.ppo_config.with_recipe`). Where a small model cannot hold a paper's value
+`--config FILE` < flags, merged by the one resolver (`ragteam.config.resolve`; the profile's layer is
+`WorkflowConfig.layers`), which records each value's source in the run's config.yaml. Where a small model cannot hold a paper's value
 (a 2048-token act in a short context, 32 documents in one prompt), the engine's fitting policy cuts the
 prompt or the reply (`ragteam.rollout.fit`) and the eval report counts how often (`stats["truncation"]`).
 
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-
-from pydantic import BaseModel
 
 from ragteam.workflows.c3po import settings as c3po
 from ragteam.workflows.gym import settings as gym
@@ -136,75 +134,6 @@ def values(profile: str, workflow: str, keys: Iterable[str] | None = None) -> di
             node = node.setdefault(p, {})
         node[last] = s.value
     return out
-
-
-# ---------------------------------------------------------------------------------------------- applying
-
-
-def fill(data: dict[str, Any], defaults: dict[str, Any], fields: dict[str, Any]) -> tuple[dict, list[str]]:
-    """`data` with `defaults` filled in where it sets nothing, and the dotted keys that were filled.
-
-    `fields` is the model's `model_fields`: keys the model lacks are skipped. A nested dict is merged into
-    the user's dict for that group; a group given as a model object is explicit and left as it is."""
-    out = dict(data)
-    filled: list[str] = []
-    for key, value in defaults.items():
-        if key not in fields:
-            continue
-        if isinstance(value, dict):
-            given = out.get(key)
-            if isinstance(given, BaseModel):
-                continue
-            sub_fields = _sub_fields(fields[key])
-            mine, sub = fill(given if isinstance(given, dict) else {}, value, sub_fields)
-            if sub:
-                out[key] = mine
-                filled += [f"{key}.{s}" for s in sub]
-        elif key not in out:
-            out[key] = value
-            filled.append(key)
-    return out, filled
-
-
-def _sub_fields(info: Any) -> dict[str, Any]:
-    annotation = getattr(info, "annotation", None)
-    return (
-        annotation.model_fields if isinstance(annotation, type) and issubclass(annotation, BaseModel) else {}
-    )
-
-
-def unmark(model: BaseModel, filled: list[str]) -> None:
-    """Forget that `filled` keys were set on `model`, so `exclude_unset` dumps leave them out (a group the
-    profile created whole is forgotten too)."""
-    groups: dict[str, list[str]] = {}
-    for key in filled:
-        head, _, rest = key.partition(".")
-        if rest:
-            groups.setdefault(head, []).append(rest)
-        else:
-            model.__pydantic_fields_set__.discard(head)
-    for head, rests in groups.items():
-        sub = getattr(model, head, None)
-        if not isinstance(sub, BaseModel):
-            continue
-        unmark(sub, rests)
-        if not sub.model_fields_set:
-            model.__pydantic_fields_set__.discard(head)
-
-
-def apply_profile(
-    cls: type[BaseModel], data: Any, fields: dict[str, Any] | None = None, workflow_field: str = "workflow"
-) -> tuple[Any, list[str]]:
-    """`data` (a config's raw input) with the profile's values for its workflow filled in, and the keys
-    filled; `fields` limits the keys it may fill (default: all of `cls`'s). Anything but a dict (a model
-    being re-validated or assigned) passes through unchanged."""
-    if not isinstance(data, dict) or workflow_field not in cls.model_fields:
-        return data, []
-    profile = data.get("profile", cls.model_fields["profile"].default)
-    workflow = data.get(workflow_field, cls.model_fields[workflow_field].default)
-    if profile not in PROFILES or not isinstance(workflow, str):
-        return data, []  # validation reports the bad value
-    return fill(data, values(profile, workflow), fields if fields is not None else cls.model_fields)
 
 
 def markdown_table() -> str:

@@ -26,6 +26,7 @@ from functools import partial
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeAlias, TypeVar
 
+from ragteam.precedence import merge_layers, only_fields
 from ragteam.protocol import Workflow
 from ragteam.workflows import profiles
 from ragteam.workflows.baselines import Direct, StandardRAG
@@ -207,12 +208,10 @@ def _choices() -> str:
 
 
 def with_profile(cfg: WorkflowConfig, name: str) -> WorkflowConfig:
-    """`cfg` with its profile's workflow options for `name` filled in where it sets none. A command's config
-    has them filled already (its validator knows the workflow); a bare `WorkflowConfig(profile="paper")`
-    built in code gets them here."""
-    unset = {
-        key: value
-        for key, value in profiles.values(cfg.profile, name).items()
-        if key in WorkflowConfig.model_fields and key not in cfg.model_fields_set
-    }
-    return cfg.model_copy(update=unset) if unset else cfg
+    """`cfg` with its profile's options for `name` under the ones it was given: a command's config has them
+    already (its profile layer knows the workflow); a bare `WorkflowConfig(profile="paper")` built in code
+    names no workflow, so they are layered here, by the same resolver."""
+    given = cfg.model_dump(exclude_unset=True)
+    profile = only_fields(WorkflowConfig, profiles.values(cfg.profile, name))
+    merged, _ = merge_layers([("profile", profile), ("code", given)])
+    return WorkflowConfig.model_validate(merged) if merged != given else cfg
