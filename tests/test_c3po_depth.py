@@ -1,7 +1,7 @@
 """C-3PO's depth t, one definition (issue 20, item 6): the fork schedule K(t), the depth limit and the depth
 statistic all count it, and the tree sizes per strategy are those docs/workflows.md (*Depth t*) tabulates.
 
-t (`ragteam.depth.C3PO`): the question is 0; each proxy act, LLM call and the answer leaf is one step; a search
+t (`workflows/c3po/tree.py`): the question is 0; each proxy act, LLM call and the answer leaf is one step; a search
 is not. The proxy here is scripted (the router takes its forced prefix, the filter keeps document 1, the
 decider searches `rounds` times with a new subquery, then hands over with [LLM]), so every tree's shape is
 known in advance. tests/test_engine_c3po_tree.py rolls the same schedule with the tiny model.
@@ -14,14 +14,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from ragteam.depth import ACTS, C3PO, depth_rule
+from ragteam.depth import ACTS, depth_rule
 from ragteam.llm.base import ChatRequest, ChatResult, Completion
-from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode, Node
 from ragteam.stats import episodes as stats
 from ragteam.types import Doc, Hit, Question
 from ragteam.workflows.c3po import C3PO as C3POWorkflow
+from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
+from ragteam.workflows.c3po.tree import DEPTH as C3PO
 from ragteam.workflows.config import WorkflowConfig
 
 MARK = "FACT"

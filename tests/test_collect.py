@@ -14,15 +14,7 @@ from scripted import drive, hits_for, make_doc
 from ragteam.cli.main import main
 from ragteam.collect.accept import AcceptRule
 from ragteam.collect.config import CollectConfig
-from ragteam.collect.mmoa import (
-    MMOALabeling,
-    content_words,
-    mmoa_rows,
-    rewriter_target,
-    selector_labels,
-    selector_target,
-    support_recall,
-)
+from ragteam.collect.mmoa import mmoa_rows
 from ragteam.collect.process import process_pairs, sibling_groups
 from ragteam.collect.sft import kept_nodes, sft_rows
 from ragteam.llm.base import Completion
@@ -32,8 +24,15 @@ from ragteam.train.data import read_pair_rows, read_sft_rows
 from ragteam.types import Action, Hit, Question
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import MMOA
+from ragteam.workflows.mmoa.labels import (
+    content_words,
+    rewriter_target,
+    selector_labels,
+    selector_target,
+    support_recall,
+)
 from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
-from ragteam.workflows.mmoa.workflow import GENERATOR, REWRITER, SELECTOR
+from ragteam.workflows.mmoa.workflow import GENERATOR, REWRITER, SELECTOR, MMOALabeling
 
 # --------------------------------------------------------------------------------------------------- helpers
 

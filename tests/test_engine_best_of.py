@@ -117,8 +117,9 @@ class Scripted:
 
 def test_llm_ranking_prompt_is_fig_10_and_its_json_is_parsed_robustly():
     from ragteam.llm.base import ModelError
-    from ragteam.rollout.scorers import CRITERIA, parse_ranking, ranking_prompt
+    from ragteam.rollout.scorers import parse_ranking, ranking_prompt, registered_prompt
     from ragteam.types import Action
+    from ragteam.workflows.gym.ranking import CRITERIA, RANKING_PROMPT
 
     c = gym_candidates(
         [
@@ -128,6 +129,9 @@ def test_llm_ranking_prompt_is_fig_10_and_its_json_is_parsed_robustly():
         ]
     )
     prompt = ranking_prompt(c)
+    # the llm scorer's prompt is the one RAG-Gym's package registers under the scorer's name
+    assert registered_prompt("llm") is RANKING_PROMPT
+    assert prompt.startswith(RANKING_PROMPT.partition("{question}")[0])
     # the role, the assumption, the three criteria with their rules, the JSON output format
     for part in (*CRITERIA, "Important Assumption", "ranked_indices", "no explanation"):
         assert part in prompt

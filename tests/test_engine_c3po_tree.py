@@ -1,7 +1,7 @@
 """C-3PO's tree-structured rollout on real parts: the tiny model as proxy and LLM, BM25 over HotpotQA.
 
 The paper's schedule (section 5.1, Table 7): the router expands its three strategies (forced prefixes) at t = 0,
-then K(t)=2 for t <= 4 and 1 deeper, depth limit 13, with t C-3PO's depth (`ragteam.depth.C3PO`: each act, LLM
+then K(t)=2 for t <= 4 and 1 deeper, depth limit 13, with t C-3PO's depth (`workflows/c3po/tree.py`: each act, LLM
 call and the answer is a step). Checks the tree's shape, that the recorded depths, the fork schedule and the
 depth statistic read the same t, that no shared prefix was generated twice, and that every recorded log-prob
 equals a fresh forward pass. tests/test_c3po_depth.py pins the definition on a scripted proxy.
@@ -15,13 +15,14 @@ import pytest
 from conftest import TEST_DEVICE
 from test_engine_integration import hotpot_questions, retriever_for
 
-from ragteam.depth import C3PO as C3PO_DEPTH
 from ragteam.llm.local import LocalChatModel
 from ragteam.metrics.answer import score_answer
-from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.stats import episodes as stats
 from ragteam.workflows.c3po import C3PO
+from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
+from ragteam.workflows.c3po.tree import DEPTH as C3PO_DEPTH
 from ragteam.workflows.config import WorkflowConfig
 
 PREFIXES = ["[No Retrieval]", "[Retrieval]", "[Planning]"]

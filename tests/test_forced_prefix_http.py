@@ -26,12 +26,14 @@ from ragteam.llm.base import ChatRequest, Sampling
 from ragteam.llm.local import LocalChatModel
 from ragteam.llm.openai_http import OpenAIChatModel
 from ragteam.metrics.answer import score_answer
-from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.metrics.rewards import get_reward
+from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.serve.llm import make_app
 from ragteam.serve.testing import BackgroundServer
 from ragteam.train.experience import pack_samples, samples_from_episodes
 from ragteam.workflows.c3po import C3PO
+from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
 from ragteam.workflows.config import WorkflowConfig
 
 PREFIXES = ["[No Retrieval]", "[Retrieval]", "[Planning]"]
@@ -244,7 +246,7 @@ def test_the_packed_training_tensors_are_equal(trees, served):
     _, out = trees
     packed, samples_of = {}, {}
     for name in BACKENDS:
-        samples, skipped = samples_from_episodes(out[name], get_credit("tree_mc"), "f1")
+        samples, skipped = samples_from_episodes(out[name], get_credit("tree_mc"), get_reward("f1"))
         assert "no_token_ids" not in skipped, (name, skipped)
         samples_of[name], packed[name] = samples, pack_samples(samples, pad_id=served.pad_id)
     ref, ref_samples = packed["local"], samples_of["local"]

@@ -21,9 +21,9 @@ from conftest import hotpot_head
 from ragteam.assemble.build import build_team
 from ragteam.assemble.config import TeamConfig
 from ragteam.metrics.answer import score_answer
-from ragteam.rollout.config import C3PO_TREE
 from ragteam.rollout.distributed import RayEngine, RayParts, shares, spread
 from ragteam.rollout.tree import Episode
+from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,19 @@ itself included. Three things read it, and nothing else counts depth:
   (as long as max_depth leaves room for the shortest ending);
 - the statistics: the depth of an episode is the depth of its primary leaf (`stats/episodes.py`).
 
-`ACTS` (every workflow but C-3PO) counts policy acts: the limit bounds the acts on a path, as before.
-`C3PO` counts the steps of C-3PO's tree (paper, section 5.1 and Fig. 6; the argument is in
-docs/workflows.md, *Depth t*): every act of the proxy, every call to the LLM server (roadmap, answer) and the
-answer leaf. A search is part of the transition to the filter's state (the paper's appendix B.2), not a step.
-Direct answering ends at depth 3 (router, answer call, answer), single pass at 4 (router, filter, answer call,
-answer), planning with R retrieval-filter rounds at 2R + 5 (router, roadmap, R deciders and R filters, the
-decider's [LLM], answer call, answer).
+`ACTS` (every workflow that declares no rule of its own) counts policy acts: the limit bounds the acts on a
+path. A workflow that counts otherwise declares its rule in its own package (C-3PO's steps:
+`workflows/c3po/tree.py`).
+
+A *tree* is a workflow's own tree rollout: fork rules by depth t (as that workflow counts it) and a depth
+limit, as `RolloutConfig` fields. A workflow's package registers it under the workflow's name
+(`register_tree`), and `--rollout.forks NAME` and `collect sft --tree NAME` look it up here (`tree`), so
+neither the rollout nor collect names a paper.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +52,7 @@ class DepthRule:
 
 
 ACTS = DepthRule("acts", frozenset({"policy"}))
-"""Depth as the number of policy acts on the path (every workflow except C-3PO)."""
-
-C3PO = DepthRule("c3po", frozenset({"policy", "llm", "answer"}), tail=2)
-"""C-3PO's depth t: proxy acts, LLM calls and the answer leaf are steps; every path ends with the LLM's answer
-call and the answer leaf (tail 2), so an act at depth t runs only if t + 3 <= max_depth."""
+"""Depth as the number of policy acts on the path (every workflow that declares no rule of its own)."""
 
 
 def depth_rule(workflow: Any) -> DepthRule:
@@ -65,3 +63,30 @@ def depth_rule(workflow: Any) -> DepthRule:
     if not isinstance(rule, DepthRule):
         raise TypeError(f"{type(workflow).__name__}.depth_rule is {type(rule).__name__}, not a DepthRule")
     return rule
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A workflow's tree rollout: `fields` are `RolloutConfig` fields (`forks`, `max_depth`) with depth t as
+    workflow `name` counts it; `about` says what it forks, for errors (`C-3PO's router`)."""
+
+    name: str
+    fields: Mapping[str, Any]
+    about: str
+
+
+TREES: dict[str, Tree] = {}
+"""The registered trees by the name of the workflow whose roles they fork."""
+
+
+def register_tree(name: str, fields: Mapping[str, Any], about: str) -> Tree:
+    """Register workflow `name`'s tree rollout (once; at import time of its package) and return it."""
+    if name in TREES:
+        raise ValueError(f"a tree is already registered for workflow {name!r}")
+    TREES[name] = Tree(name, fields, about)
+    return TREES[name]
+
+
+def tree(name: str) -> Tree | None:
+    """The tree rollout registered for workflow `name`, if its package registered one."""
+    return TREES.get(name)

@@ -293,3 +293,17 @@ def team_name(workflow: Workflow, requested: str) -> str:
     `requested`, an alias."""
     name = getattr(workflow, "name", None)
     return name if isinstance(name, str) and name.strip() and name != Workflow.name else requested
+
+
+RANKING_PROMPTS: dict[str, str] = {}
+"""The prompt of each keep-one-of-N ranking scorer, by the scorer's name, registered by the package that
+states it (the `llm` scorer's: RAG-Gym's Fig. 10, `workflows/gym/ranking.py`)."""
+
+
+def register_ranking_prompt(scorer: str, template: str) -> str:
+    """Register `template` (a `str.format` template of `question`, `history`, `actions`) as scorer `scorer`'s
+    prompt (once; at import time of the package that states it); returns it."""
+    if scorer in RANKING_PROMPTS:
+        raise ValueError(f"a ranking prompt is already registered for scorer {scorer!r}")
+    RANKING_PROMPTS[scorer] = template
+    return template

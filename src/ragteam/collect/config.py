@@ -15,12 +15,14 @@ from pydantic import Field, field_validator, model_validator
 
 from ragteam.assemble.config import CORPUS_HELP, JudgeConfig, TeamConfig
 from ragteam.collect.accept import AcceptRule
+from ragteam.depth import tree
 from ragteam.llm.config import ModelConfig
 from ragteam.llm.prm import PRMConfig
+from ragteam.protocol import Workflow
 from ragteam.retrieval.config import RetrieverConfig
-from ragteam.rollout.config import C3PO_TREE, RolloutConfig
+from ragteam.rollout.config import RolloutConfig, registered_tree
 from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.registry import workflow_help
+from ragteam.workflows.registry import build_workflow, workflow_help
 
 DEFAULT_K = 10
 """MMOA-RAG's candidate set size K when --candidates is not given (WorkflowConfig's default)."""
@@ -76,10 +78,11 @@ class CollectConfig(WorkflowConfig):
     samples: int = Field(
         4, ge=1, le=64, description="sft: solutions per question (--tree samples) or rewrites (mmoa)"
     )
-    tree: Literal["c3po", "samples"] | None = Field(
+    tree: str | None = Field(
         None,
-        description="sft: c3po = C-3PO's tree rollout (the router's three strategies, then 2 samples per "
-        "act up to depth 4); samples = --samples independent solutions; default c3po for --workflow c3po",
+        description="sft: a workflow's own tree rollout, by the workflow's name (c3po = C-3PO's: the router's "
+        "three strategies, then 2 samples per act up to depth 4); samples = --samples independent solutions; "
+        "default: the workflow's own tree when its package registers one (c3po), else samples",
     )
     candidates: int | None = Field(  # type: ignore[assignment]
         None,
@@ -125,18 +128,49 @@ class CollectConfig(WorkflowConfig):
     def _accept(cls, value: str) -> str:
         return str(AcceptRule.parse(value))
 
+    @field_validator("tree")
+    @classmethod
+    def _tree(cls, value: str | None) -> str | None:
+        if value is not None and value != "samples":
+            registered_tree(value)  # a ValueError naming the registered trees
+        return value
+
     # ------------------------------------------------------------------ derived settings
+
+    def _declares_labelling(self) -> bool:
+        """Whether `collect sft` rolls out a labelling workflow the team declares (`sft_labelling(options)`,
+        e.g. MMOA-RAG's heuristic labels) instead of sampling the team's own solutions."""
+        if self.what != "sft":
+            return False
+        fields = {name: getattr(self, name) for name in WorkflowConfig.model_fields}
+        fields["candidates"] = DEFAULT_K  # the team is built only to read what it declares
+        return hasattr(build_workflow(self.workflow, WorkflowConfig(**fields)), "sft_labelling")
+
+    def labelling(self, options: WorkflowConfig | None = None) -> Workflow | None:
+        """The labelling workflow the team declares for `collect sft`, over `options` (default: this
+        collection's workflow options); None when it declares none, and for `collect process`."""
+        if not self._declares_labelling():
+            return None
+        team = build_workflow(self.workflow, self.workflow_config())
+        return team.sft_labelling(options if options is not None else self.workflow_config())
 
     @property
     def mode(self) -> str:
-        """`sft` (rejection sampling), `mmoa` (MMOA-RAG's heuristic SFT data) or `process`."""
-        if self.what == "sft" and self.workflow == "mmoa":
-            return "mmoa"
-        return self.what
+        """`sft` (rejection sampling), `process`, or the `collect_mode` of the team's labelling workflow
+        (`mmoa`: MMOA-RAG's heuristic SFT data)."""
+        labelling = self.labelling()
+        return self.what if labelling is None else labelling.collect_mode
+
+    @property
+    def labelled(self) -> bool:
+        """Whether rows come from a labelling workflow's heuristics (no answer is accepted or judged)."""
+        return self.mode not in ("sft", "process")
 
     @property
     def tree_kind(self) -> str:
-        return self.tree or ("c3po" if self.workflow == "c3po" else "samples")
+        """`samples`, or the workflow whose registered tree rollout forks (`--tree`; default: the
+        workflow's own, when its package registers one)."""
+        return self.tree or (self.workflow if tree(self.workflow) is not None else "samples")
 
     @property
     def n_candidates(self) -> int:
@@ -149,9 +183,10 @@ class CollectConfig(WorkflowConfig):
         return name + (f"+lora:{t.lora}" if t.lora else "")
 
     def workflow_config(self) -> WorkflowConfig:
-        """The workflow options; K (`candidates`) is --candidates only for mmoa SFT."""
+        """The workflow options; K (`candidates`) is --candidates only for a labelling rollout's SFT
+        (mmoa's)."""
         fields = {name: getattr(self, name) for name in WorkflowConfig.model_fields}
-        fields["candidates"] = (self.candidates if self.mode == "mmoa" else None) or DEFAULT_K
+        fields["candidates"] = (self.candidates if self._declares_labelling() else None) or DEFAULT_K
         return WorkflowConfig(**fields)
 
     def resolved_rollout(self) -> RolloutConfig:
@@ -166,16 +201,16 @@ class CollectConfig(WorkflowConfig):
         if self.mode == "process":
             data["best_of"] = {**data["best_of"], "n": self.n_candidates, "scorer": self.ranker}
             many = self.n_candidates > 1
-        elif self.mode == "mmoa":
-            data["forks"] = [{"role": "rewriter", "k": self.samples}]
-            many = self.samples > 1 and self.variant in ("qr-s-g", "qr-g")
-        elif self.tree_kind == "c3po":
-            if self.workflow != "c3po":
+        elif (labelling := self.labelling()) is not None:
+            data["forks"], many = labelling.sft_forks(self.samples)
+        elif self.tree_kind != "samples":
+            own = registered_tree(self.tree_kind)
+            if self.workflow != own.name:
                 raise ValueError(
-                    f"--tree c3po forks C-3PO's router; workflow {self.workflow!r} has none: "
+                    f"--tree {own.name} forks {own.about}; workflow {self.workflow!r} has none: "
                     "use --tree samples"
                 )
-            data.update(C3PO_TREE)
+            data.update(own.fields)
             many = True
         else:
             data["forks"] = [self.samples, 1]

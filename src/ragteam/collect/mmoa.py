@@ -1,13 +1,10 @@
-"""MMOA-RAG's warm-start SFT data (paper, section 4.3), written with the MMOA workflow's own prompts.
+"""MMOA-RAG's warm-start SFT rows (paper, section 4.3), made from the episodes of its labelling rollout
+(`MMOALabeling` in `workflows/mmoa/workflow.py`; the Selector and rewrite heuristics in
+`workflows/mmoa/labels.py`), with the MMOA workflow's own prompts.
 
-- **Selector** (4.3.2): heuristic labels. The question and its golden answers are lower-cased, punctuation
-  becomes spaces, stop words are dropped (`stopwords.STOP_WORDS`): the word set Set_q. Each candidate
-  document (title and text) gives Set_d the same way. The paper selects candidate j when ANY word of Set_q
-  is in Set_d. Implemented: candidate j is selected when `|Set_q & Set_d| >= min_overlap` (default 1: the
-  paper's rule exactly) or when the document contains a golden answer as a whole normalized token run
-  (cover-EM's test; golden answers made only of stop words, such as `no`, are not looked for). The target is
-  the selected ids in the Selector's action format, `Document0,Document4,Document7` (ascending). A candidate
-  set with no selected document gives no row (the format cannot say "none").
+- **Selector** (4.3.2): the heuristic labels of `labels.selector_labels`; the target is the selected ids in
+  the Selector's action format, `Document0,Document4,Document7` (ascending). A candidate set with no selected
+  document gives no row (the format cannot say "none").
 - **Generator** (4.3.3): the target is the (first) golden answer; the prompt shows the documents the labels
   select (variant `qr-g`, which has no Selector: all K candidates).
 - **Query Rewriter** (4.3.1): the paper uses Rewrite-Retrieve-Read's published rewrites; offline we sample
@@ -24,135 +21,28 @@ rewrite (what `qr-s-g` shows after a good rewrite). Every prompt is rendered by 
 (`REWRITER`, `SELECTOR`, `GENERATOR` in `workflows/mmoa/workflow.py`), so it is byte-identical to what the
 workflow sends at inference (before any cut to the context length, which a 10-passage prompt does not need).
 
-The rollout (`MMOALabeling`) only samples the rewrites and retrieves; `mmoa_rows` turns one recorded episode
-into rows, purely.
+`mmoa_rows` turns one recorded episode into rows, purely.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
 
 from ragteam.collect.rows import SFTRow, dedupe
-from ragteam.collect.stopwords import STOP_WORDS
-from ragteam.metrics.answer import cover_em, fold_accents
-from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve, Workflow
 from ragteam.rollout.tree import Episode, Node
-from ragteam.types import Doc, Question, doc_id
+from ragteam.types import Doc, Question
 from ragteam.workflows.answers import format_options
-from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.mmoa.parsers import parse_rewriter, parse_selector
-from ragteam.workflows.mmoa.workflow import (
-    GENERATOR,
-    REWRITER,
-    SELECTOR,
-    gather_candidates,
-    merge_candidates,
+from ragteam.workflows.mmoa.labels import (
+    WITH_REWRITER,
+    WITH_SELECTOR,
+    check_selector_target,
+    rewriter_target,
+    selector_labels,
+    selector_target,
+    support_recall,
 )
-
-_WORD = re.compile(r"[^\W_]+")
-WITH_REWRITER = ("qr-s-g", "qr-g")
-WITH_SELECTOR = ("qr-s-g", "s-g")
-
-# ------------------------------------------------------------------------------------------- labels
-
-
-def content_words(text: str) -> set[str]:
-    """Lower-cased words of `text` without punctuation (split on it) and stop words; accents folded."""
-    return {w for w in _WORD.findall(fold_accents(text or "").lower()) if w not in STOP_WORDS}
-
-
-def selector_labels(
-    question: str, golden_answers: Sequence[str], docs: Sequence[Doc], min_overlap: int = 1
-) -> tuple[list[int], list[int]]:
-    """(selected candidate ids, ascending; the word overlap of each candidate) by the heuristic above."""
-    wanted = content_words(question)
-    for gold in golden_answers:
-        wanted |= content_words(gold)
-    findable = [g for g in golden_answers if content_words(g)]
-    overlaps, selected = [], []
-    for j, doc in enumerate(docs):
-        words = content_words(f"{doc.title}\n{doc.text}")
-        overlap = len(wanted & words)
-        overlaps.append(overlap)
-        contains = any(cover_em(f"{doc.title} {doc.text}", [g]) for g in findable)
-        if overlap >= min_overlap or contains:
-            selected.append(j)
-    return selected, overlaps
-
-
-def selector_target(ids: Sequence[int]) -> str:
-    """The Selector's action for `ids`: `Document0,Document4,Document7` (what `parse_selector` reads)."""
-    return ",".join(f"Document{i}" for i in sorted(ids))
-
-
-def check_selector_target(target: str, ids: Sequence[int], k: int) -> bool:
-    """Whether `parse_selector` reads `target` back as exactly `ids` (a valid action, no penalty)."""
-    action = parse_selector(target, k=k)
-    return action.valid and action.penalty == 0 and list(action.value) == sorted(ids)
-
-
-def rewriter_target(subquestions: Sequence[str]) -> str:
-    """The Query Rewriter's action: one sub-question per line (what `parse_rewriter` reads)."""
-    return "\n".join(s.strip() for s in subquestions)
-
-
-def support_recall(docs: Sequence[Doc], supporting_ids: Sequence[str]) -> float | None:
-    """Fraction of `supporting_ids` among `docs` (matched by id or by the passage's `doc_id(title, text)`,
-    so any corpus holding the same paragraphs counts); None when the question names none."""
-    if not supporting_ids:
-        return None
-    found: set[str] = set()
-    for d in docs:
-        found.update((d.id, doc_id(d.title, d.text)))
-    wanted = set(supporting_ids)
-    return len(wanted & found) / len(wanted)
-
-
-# ------------------------------------------------------------------------------------------- rollout
-
-
-class MMOALabeling(Workflow):
-    """The part of MMOA-RAG that SFT data needs from a model: retrieve K candidates with the question, then
-    (variants with a rewriter) let the teacher rewrite the question and build the K candidates the workflow
-    would give the Selector. Fork the rewriter act (`forks: [{role: rewriter, k: N}]`) for N rewrites.
-
-    `Answer.info`: variant, base_ids (the question's K candidates), and on rewrite paths rewriter_node,
-    subquestions and candidate_ids."""
-
-    name = "mmoa-sft"
-    roles = (REWRITER,)
-
-    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
-
-    @property
-    def needs(self) -> frozenset[str]:
-        return frozenset({"policy", "retriever"} if self.cfg.variant in WITH_REWRITER else {"retriever"})
-
-    def run(self, question: Question) -> EpisodeGenerator:
-        q, k = question.question, self.cfg.candidates
-        ranked = yield Retrieve([q], k=k)
-        base = merge_candidates(ranked[:1], k)
-        info: dict[str, Any] = {"variant": self.cfg.variant, "base_ids": [d.id for d in base]}
-        if self.cfg.variant not in WITH_REWRITER:
-            return Answer("", info=info)
-        try:
-            acted = yield REWRITER.act(question=q)
-        except BudgetExceeded:
-            return Answer("", info=info)
-        subquestions = [str(s) for s in acted.action.value] or [q]
-        # as MMOA.run builds the Selector's candidates
-        candidates = yield from gather_candidates(q, subquestions, k, self.cfg.fill_from_question)
-        info.update(
-            rewriter_node=acted.node_id,
-            subquestions=subquestions,
-            candidate_ids=[d.id for d in candidates],
-        )
-        return Answer("", info=info)
-
+from ragteam.workflows.mmoa.parsers import parse_rewriter
+from ragteam.workflows.mmoa.workflow import GENERATOR, REWRITER, SELECTOR
 
 # ------------------------------------------------------------------------------------------- rows
 

@@ -12,6 +12,10 @@ the whole trace, so a resumed run, or a rerun with another --accept, gives the r
 | mmoa    | collect sft --workflow mmoa      | --samples rewrites + retrieval     | heuristic (`mmoa.py`) |
 | process | collect process --workflow gym:* | keep-one-of-N, N = --candidates    | pairs (`process.py`), |
 |         |                                  |                                    | chosen actions as SFT |
+
+The rollout is the workflow's own answer, not a branch on its name: the tree is the one its package
+registered (`--tree`), and a team that declares a labelling workflow (`sft_labelling`: MMOA-RAG's) has that
+rolled out instead, its rows made by the function `LABELLED_ROWS` holds for its `collect_mode`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from ragteam.assemble.folder import RESUME_IGNORED as RUN_IGNORED
 from ragteam.assemble.folder import TRACE_FILE, open_folder
 from ragteam.collect.accept import AcceptRule, Verdicts, judge_answers
 from ragteam.collect.config import CollectConfig
-from ragteam.collect.mmoa import MMOALabeling, mmoa_rows
+from ragteam.collect.mmoa import mmoa_rows
 from ragteam.collect.process import process_pairs
 from ragteam.collect.rows import write_rows
 from ragteam.collect.sft import sft_rows, tree_counts
@@ -49,17 +53,18 @@ eval's: limit, offset, out, progress, batch sizes...)."""
 
 
 def build_collection(cfg: CollectConfig, data: str, fmt: str):
-    """(workflow, engine) of the collection: `build_team` with the teacher as the policy, or, for MMOA-RAG's
-    SFT data, the labelling workflow's engine over the teacher and the retriever alone."""
+    """(workflow, engine) of the collection: `build_team` with the teacher as the policy, or, for a team that
+    declares a labelling workflow (MMOA-RAG's SFT data), that workflow's engine over the teacher and the
+    retriever alone."""
     from ragteam.assemble.build import build_engine, build_retriever, build_team
 
     run_cfg = cfg.run_config()
-    if cfg.mode != "mmoa":
+    workflow = cfg.labelling(run_cfg.workflow_config())
+    if workflow is None:
         parts = build_team(run_cfg, data=data, fmt=fmt)
         return parts.workflow, parts.engine
     from ragteam.llm.factory import build_chat_model
 
-    workflow = MMOALabeling(run_cfg.workflow_config())
     retriever = build_retriever(run_cfg, data, fmt)
     teacher = build_chat_model(cfg.teacher) if "policy" in workflow.needs else None
     return workflow, build_engine(run_cfg, teacher, None, retriever)
@@ -75,7 +80,11 @@ def validate(cfg: CollectConfig) -> None:
         raise ValueError(f"workflow {cfg.workflow!r} has no policy role: there is nothing to collect for it")
     if cfg.mode == "process" and cfg.ranker == "prm" and not cfg.prm.model:
         raise ValueError("--ranker prm needs a process reward model: pass --prm.model DIR")
-    if AcceptRule.parse(cfg.accept).needs_judge and cfg.mode != "mmoa" and not cfg.judge.base_url:
+    if cfg.labelled and cfg.mode not in LABELLED_ROWS:
+        raise ValueError(
+            f"collect makes no rows of labelling mode {cfg.mode!r}: known {sorted(LABELLED_ROWS)}"
+        )
+    if AcceptRule.parse(cfg.accept).needs_judge and not cfg.labelled and not cfg.judge.base_url:
         raise ValueError("--accept judge needs a judge endpoint: pass --judge.base-url URL")
 
 
@@ -124,7 +133,7 @@ def collect_sft(cfg: CollectConfig, episodes: list[Episode], verdicts: Verdicts 
 
 
 def collect_mmoa(cfg: CollectConfig, episodes: list[Episode]) -> tuple[list, dict]:
-    """MMOA-RAG's warm-start rows of every question, and the counts for the summary."""
+    """MMOA-RAG's warm-start rows of every question, and its settings and counts for the summary."""
     rows: list = []
     counts: Counter = Counter()
     for ep in episodes:
@@ -134,6 +143,9 @@ def collect_mmoa(cfg: CollectConfig, episodes: list[Episode]) -> tuple[list, dic
     with_support = counts.pop("with_supporting_ids", 0)
     recall_sum = counts.pop("baseline_recall_sum", 0.0)
     stats = {
+        "samples": cfg.samples,
+        "variant": cfg.variant,
+        "k": cfg.workflow_config().candidates,
         "rewrites": counts.pop("rewrites", 0),
         "rewrites_kept": counts.pop("rewrites_kept", 0),
         "questions_with_supporting_ids": with_support,
@@ -144,6 +156,10 @@ def collect_mmoa(cfg: CollectConfig, episodes: list[Episode]) -> tuple[list, dic
         "dropped": dict(counts),
     }
     return rows, stats
+
+
+LABELLED_ROWS = {"mmoa": collect_mmoa}
+"""The rows of each labelling workflow's episodes, by its `collect_mode`."""
 
 
 def collect_process(
@@ -229,7 +245,7 @@ def _empty_note(summary: dict[str, Any]) -> str | None:
             f"no rows written: {summary['correct_leaves']} of {summary['leaves']} leaves passed --accept "
             f"{summary['accept']}; kept nodes dropped: {summary['dropped'] or 'none'}"
         )
-    if summary["mode"] == "mmoa" and not summary["rows"]:
+    if summary["mode"] in LABELLED_ROWS and not summary["rows"]:
         return f"no rows written: {summary['dropped'] or 'no usable episode'}"
     return None
 
@@ -264,7 +280,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
         workflow, engine = spread(
             partial(build_collection, built, cfg.data, qset.format), cfg.run_config().rollout
         )
-        reward = None if cfg.mode == "mmoa" else (lambda q, prediction: score_answer(prediction, q))
+        reward = None if cfg.labelled else (lambda q, prediction: score_answer(prediction, q))
         with TraceWriter(trace) as writer:
             engine.run(workflow, todo, reward=reward, on_episode=writer.write, progress=cfg.progress)
         calls = dict(engine.calls)
@@ -275,14 +291,14 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     episodes = [recorded[q.id] for q in selected if q.id in recorded]
     rule = AcceptRule.parse(cfg.accept)
     verdicts, judge_info = None, None
-    if rule.needs_judge and cfg.mode != "mmoa":
+    if rule.needs_judge and not cfg.labelled:
         verdicts, judge_info = judge_answers(cfg.judge, episodes)
 
     summary: dict[str, Any] = {
         "command": cfg.what,
         "mode": cfg.mode,
         "workflow": _team_name(cfg),
-        "accept": "(mmoa heuristics)" if cfg.mode == "mmoa" else str(rule),
+        "accept": f"({cfg.mode} heuristics)" if cfg.labelled else str(rule),
         "teacher": cfg.teacher_name,
         "corpus": corpus.name,
         "questions": len(selected),
@@ -295,11 +311,10 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
         write_rows(out / SFT_FILE, rows)
         files.append(SFT_FILE)
         summary.update(tree=cfg.tree_kind, samples=cfg.samples if cfg.tree_kind == "samples" else None)
-    elif cfg.mode == "mmoa":
-        rows, stats = collect_mmoa(cfg, episodes)
+    elif cfg.labelled:
+        rows, stats = LABELLED_ROWS[cfg.mode](cfg, episodes)
         write_rows(out / SFT_FILE, rows)
         files.append(SFT_FILE)
-        summary.update(samples=cfg.samples, variant=cfg.variant, k=cfg.workflow_config().candidates)
     else:
         pairs, rows, stats = collect_process(cfg, episodes, verdicts)
         write_rows(out / PAIRS_FILE, pairs)

@@ -13,7 +13,9 @@ C-3PO's tree rollout (section 5.1 and Table 7 of the paper) is
       - {k: 1}                                 #        K(t) = 1 for t > 4
     max_depth: 13                              # Table 7: no node deeper than 13, the answer leaf included
 
-and `forks: [2, 1]` is shorthand for "k=2 at depth 0, then 1" (the last value repeats).
+and `forks: [2, 1]` is shorthand for "k=2 at depth 0, then 1" (the last value repeats). A workflow's name is
+shorthand for the tree its package registered (`depth.register_tree`): `forks: c3po` is the schedule above,
+stated in `workflows/c3po/settings.py`; this module names no workflow.
 
 A forced prefix is one mechanism wherever it comes from: a rule's `forced` entries (the tree's strategies)
 or an act's own `Act.prefix` (C-3PO's `--strategy retrieval`: `[Retrieval]`, then the policy's query). Both
@@ -27,7 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ragteam.config import Config
-from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
+from ragteam.depth import Tree, tree
 
 
 class Forced(Config):
@@ -151,10 +153,12 @@ class RolloutConfig(Config):
     @field_validator("forks", mode="before")
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
-        """`[2, 1]` -> k=2 at depth 0, k=1 from depth 1 on; `c3po` -> C-3PO's tree schedule (stated in its
-        package, `workflows/c3po/settings.py`)."""
-        if value == "c3po" or value == ["c3po"]:
-            return C3PO_TREE["forks"]
+        """`[2, 1]` -> k=2 at depth 0, k=1 from depth 1 on; a workflow's name (`c3po`) -> the fork rules of
+        the tree its package registered (`registered_tree`)."""
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+            value = value[0]  # from the command line
+        if isinstance(value, str) and not value.isdigit():
+            return registered_tree(value).fields["forks"]
         if isinstance(value, list) and value and all(isinstance(v, str) and v.isdigit() for v in value):
             value = [int(v) for v in value]  # from the command line
         if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
@@ -176,3 +180,19 @@ class RolloutConfig(Config):
         """The rule for an act of `role` taken at depth `depth` (the depth of the path's last node, as the
         workflow counts it; None: no fork)."""
         return next((rule for rule in self.forks if rule.matches(role, depth)), None)
+
+
+def registered_tree(name: str) -> Tree:
+    """The tree rollout workflow `name`'s package registered (`ragteam.depth.register_tree`); ValueError
+    naming the known ones otherwise. The built-in teams register theirs as the workflow registry loads them;
+    an outside team's registers when its module is imported."""
+    import ragteam.workflows.registry  # noqa: F401  (loads the built-in teams, which register their trees)
+
+    found = tree(name)
+    if found is None:
+        from ragteam.depth import TREES
+
+        raise ValueError(
+            f"no tree rollout is registered for workflow {name!r}: known trees are {sorted(TREES)}"
+        )
+    return found

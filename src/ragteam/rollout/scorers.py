@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragteam.llm.base import ChatModel, ChatRequest, ModelError, Sampling
-from ragteam.protocol import Act, Acted, Answer, EpisodeGenerator, Workflow
+from ragteam.protocol import RANKING_PROMPTS, Act, Acted, Answer, EpisodeGenerator, Workflow
 from ragteam.rollout.replay import Step, replay, send
 from ragteam.types import Action, Question
 
@@ -75,47 +75,18 @@ class PRMScorer:
 
 # ---------------------------------------------------------------------------- the LLM ranking (Fig. 10)
 
-RUBRIC = """You evaluate decisions. Rank the proposed actions below from the most appropriate to the least \
-appropriate next step of a step-by-step process that works toward answering the original question.
 
-### Original Question:
-{question}
+def registered_prompt(scorer: str) -> str:
+    """The prompt registered for ranking scorer `scorer` (`protocol.register_ranking_prompt`): the `llm`
+    scorer's is RAG-Gym's Fig. 10, which its package states (`workflows/gym/ranking.py`), so this module
+    names no paper. ValueError naming the registered ones when there is none."""
+    import ragteam.workflows.registry  # noqa: F401  (loads the built-in teams, which register their prompts)
 
-### Information-Seeking History:
-{history}
-
-### Proposed Next Actions:
-{actions}
-
-### Important Assumption
-The agent knows nothing about the subject beyond the information-seeking history above and must answer from \
-it alone. An assumption that the history does not support must not influence the ranking.
-
-### Evaluation Criteria for Appropriateness
-1. **Sufficiency Check**:
-- Decide whether the information available is enough to answer the original question directly. If it is \
-not, an action that answers is inappropriate.
-- Prefer queries that gather a specific piece of missing information the question depends on.
-- If the history already holds everything needed, answering is the most appropriate action, and the correct \
-answer ranks highest.
-2. **Utility Check**:
-- A query must be precise, actionable and directly relevant to answering the question.
-- Prefer foundational queries that establish the context or general knowledge that more specific follow-ups \
-need.
-- Rank lower a query that is too narrow or specific too early, presuming knowledge that is not available yet.
-- Avoid irrelevant queries that do nothing toward answering the original question.
-3. **Redundancy Check**:
-- Rank lower a query that repeats an earlier query or asks for information the history already covers.
-- An action must add value to the process: it seeks new information or clarifies what is missing.
-
-### Expected Output Format
-- Output the indices of the ranked actions as JSON: ```json{{"ranked_indices": [list of indices]}}```.
-- Order them from the most appropriate to the least appropriate by the criteria above.
-- Give no explanation or reasoning."""
-"""RAG-Gym's ranking prompt (Fig. 10) in ragteam's words: its role, assumption, three criteria and output
-format. Actions are listed `[0] Query: ...` / `[1] Answer: ...` and ranked by those 0-based indices."""
-
-CRITERIA = ("Sufficiency Check", "Utility Check", "Redundancy Check")
+    if scorer not in RANKING_PROMPTS:
+        raise ValueError(
+            f"no ranking prompt is registered for scorer {scorer!r}: known {sorted(RANKING_PROMPTS)}"
+        )
+    return RANKING_PROMPTS[scorer]
 
 
 @dataclass(frozen=True)
@@ -232,7 +203,8 @@ def ranking_prompt(c: Candidates, state_chars: int = 6000) -> str:
     if len(history) > state_chars:
         history = "..." + history[-state_chars:]
     actions = "\n".join(f"[{i}] {ranking_action(a, t)}" for i, (a, t) in enumerate(zip(c.acted, c.texts)))
-    return RUBRIC.format(question=c.question.question, history=history or "[]", actions=actions)
+    template = registered_prompt("llm")
+    return template.format(question=c.question.question, history=history or "[]", actions=actions)
 
 
 class LLMRankScorer:

@@ -12,7 +12,7 @@ Conventions:
   acts, strategies forced by `--strategy` or by a forced prefix (tree rollouts), and episodes stopped
   before any act are counted apart (`strategy_excluded`);
 - two depths: `depth` counts the policy acts on the path; `tree_depth` is C-3PO's depth t of the primary
-  leaf (`ragteam.depth.C3PO`, the one definition the engine's fork schedule and depth limit read for `c3po`;
+  leaf (`workflows/c3po/tree.py`, the one definition the engine's fork schedule and depth limit read for `c3po`;
   argued in docs/workflows.md, *Depth t*): the question is 0, and each policy act, LLM call and the answer
   leaf is one step (a search is not). Direct answering is 3, a single pass 4, planning 2R + 5 with R
   retrieval-filter rounds ended by the decider's [LLM] (2R + 4 when the loop stops at the round limit): the
@@ -29,8 +29,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ragteam.depth import C3PO
 from ragteam.rollout.tree import Episode, Node
+from ragteam.workflows.c3po.tree import DEPTH as C3PO
 
 WALL_TIME_KEY = "seconds"
 """Key of `Episode.meta` that holds the episode's wall time in seconds, when the engine records it."""

@@ -21,7 +21,7 @@ query's name.
 If the engine's budget stops a policy act (`BudgetExceeded`), the episode does not die: a stopped filter keeps
 every document, a stopped decider ends the loop, and the LLM answers with what was gathered.
 
-Depth is C-3PO's t (`depth_rule = ragteam.depth.C3PO`): the router, filter and decider acts, the LLM's roadmap
+Depth is C-3PO's t (`depth_rule = tree.DEPTH`): the router, filter and decider acts, the LLM's roadmap
 and answer calls and the answer leaf are one step each; the engine's fork schedule, its depth limit and the
 depth statistics all count it so (docs/workflows.md, *Depth t*).
 
@@ -36,7 +36,6 @@ import dataclasses
 from collections.abc import Generator
 from typing import Any
 
-from ragteam.depth import C3PO as C3PO_DEPTH
 from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.answers import extract_answer, format_options
@@ -51,6 +50,7 @@ from ragteam.workflows.c3po.parsers import (
     write_router,
 )
 from ragteam.workflows.c3po.settings import ROUTER_TAGS
+from ragteam.workflows.c3po.tree import DEPTH as C3PO_DEPTH
 from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64

@@ -25,6 +25,10 @@ stopped selector keeps every candidate; a stopped generator ends the path (a `tr
 
 `Answer.info`: variant, subquestions, candidate_ids (the K candidates), selected (0-based ids given to the
 generator), invalid (invalid actions), penalties (role -> penalty), doc_ids (documents the generator saw).
+
+`MMOALabeling` is the rollout `collect sft` runs for the team's warm-start data (section 4.3; the team
+declares it, `MMOA.sft_labelling`): the question's K candidates and the teacher's rewrites with the candidate
+sets the team would build from them, which `labels.py`'s heuristics label.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.answers import format_options
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import prompts
+from ragteam.workflows.mmoa.labels import WITH_REWRITER
 from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
 
 REWRITER_MAX_TOKENS = 128
@@ -146,6 +151,12 @@ class MMOA(Workflow):
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
 
+    @staticmethod
+    def sft_labelling(cfg: WorkflowConfig) -> Workflow:
+        """What `collect sft` rolls out for this team instead of sampling its solutions: the paper's SFT data
+        are heuristic labels (section 4.3, `labels.py`), so the labelling rollout `MMOALabeling` over `cfg`."""
+        return MMOALabeling(cfg)
+
     def run(self, question: Question) -> EpisodeGenerator:
         q = question.question
         k = self.cfg.candidates
@@ -191,3 +202,51 @@ class MMOA(Workflow):
             "doc_ids": [d.id for d in docs],
         }
         return Answer(str(acted.action.value or ""), info=info)
+
+
+class MMOALabeling(Workflow):
+    """The part of MMOA-RAG that SFT data needs from a model: retrieve K candidates with the question, then
+    (variants with a rewriter) let the teacher rewrite the question and build the K candidates the workflow
+    would give the Selector. Fork the rewriter act (`forks: [{role: rewriter, k: N}]`) for N rewrites.
+
+    `Answer.info`: variant, base_ids (the question's K candidates), and on rewrite paths rewriter_node,
+    subquestions and candidate_ids."""
+
+    name = "mmoa-sft"
+    roles = (REWRITER,)
+    collect_mode = "mmoa"
+    """How `collect` makes rows of its episodes (`collect/run.py`'s table of labelled modes; the summary's
+    `mode`)."""
+
+    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
+        self.cfg = cfg if cfg is not None else WorkflowConfig()
+
+    def sft_forks(self, samples: int) -> tuple[list[dict[str, Any]], bool]:
+        """The fork schedule of `samples` rewrites per question (`--samples`), and whether the rewrites
+        sampled are several (so greedy decoding would make them identical)."""
+        return [{"role": "rewriter", "k": samples}], samples > 1 and self.cfg.variant in WITH_REWRITER
+
+    @property
+    def needs(self) -> frozenset[str]:
+        return frozenset({"policy", "retriever"} if self.cfg.variant in WITH_REWRITER else {"retriever"})
+
+    def run(self, question: Question) -> EpisodeGenerator:
+        q, k = question.question, self.cfg.candidates
+        ranked = yield Retrieve([q], k=k)
+        base = merge_candidates(ranked[:1], k)
+        info: dict[str, Any] = {"variant": self.cfg.variant, "base_ids": [d.id for d in base]}
+        if self.cfg.variant not in WITH_REWRITER:
+            return Answer("", info=info)
+        try:
+            acted = yield REWRITER.act(question=q)
+        except BudgetExceeded:
+            return Answer("", info=info)
+        subquestions = [str(s) for s in acted.action.value] or [q]
+        # as MMOA.run builds the Selector's candidates
+        candidates = yield from gather_candidates(q, subquestions, k, self.cfg.fill_from_question)
+        info.update(
+            rewriter_node=acted.node_id,
+            subquestions=subquestions,
+            candidate_ids=[d.id for d in candidates],
+        )
+        return Answer("", info=info)
