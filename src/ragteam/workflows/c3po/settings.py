@@ -24,7 +24,7 @@ max_documents = 10)."""
 
 MAX_DEPTH = 13
 """Table 7 and §6.1: no node deeper than 13 in the RL phase's rollouts (depth t as the workflow counts it,
-`ragteam.depth.C3PO`): the `c3po` recipe's depth limit."""
+`tree.DEPTH`): the `c3po` recipe's depth limit."""
 
 TEST_MAX_DEPTH = 15
 """Where the authors test: Figure 6's test-set depth distribution reaches depth 15 (HotpotQA and 2Wiki peak
