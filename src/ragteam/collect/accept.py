@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ragteam.credit import leaf_reward
 from ragteam.rollout.tree import Episode, Node
 
 METRICS = ("em", "f1", "precision", "recall", "cover_em", "mc_acc", "judge")
@@ -67,10 +66,14 @@ class AcceptRule:
             if verdicts is None:
                 raise ValueError("--accept judge needs the judge's verdicts (pass --judge.base-url)")
             return verdicts.get((episode.question.id, leaf.answer or ""), 0.0)
-        try:
-            return leaf_reward(leaf, self.metric)
-        except KeyError as e:  # e.g. mc_acc on a question without options: say which question
-            raise ValueError(f"--accept {self}: question {episode.question.id}: {e.args[0]}") from None
+        if leaf.kind != "answer":
+            raise ValueError(f"node {leaf.id} is a {leaf.kind!r} node, not an answer leaf")
+        if self.metric not in leaf.rewards:  # e.g. mc_acc on a question without options: say which question
+            raise ValueError(
+                f"--accept {self}: question {episode.question.id}: answer leaf {leaf.id} has no reward "
+                f"{self.metric!r}; it has: {sorted(leaf.rewards) or 'none'}"
+            )
+        return float(leaf.rewards[self.metric])
 
     def predicate(self, episode: Episode, verdicts: Verdicts | None = None) -> Callable[[Node], bool]:
         """`leaf -> bool` for the leaves of `episode`: ok and `value >= threshold`."""
