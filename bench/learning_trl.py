@@ -202,7 +202,7 @@ def run(args: argparse.Namespace, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ragteam.train.common import resolve_init
+    from ragteam.train.run_folder import resolve_init
     from ragteam.workflows.mmoa.workflow import GENERATOR
 
     torch.set_num_threads(args.threads)

@@ -79,9 +79,10 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
     from transformers import TrainerCallback
     from transformers.trainer_utils import SaveStrategy
 
-    from ragteam.train.common import TrainConfig, setup_libraries
     from ragteam.train.data import read_sft_rows
     from ragteam.train.sft import SFTOptions, build_sft_trainer
+    from ragteam.train.train_config import TrainConfig
+    from ragteam.train.trl_args import setup_libraries
 
     setup_libraries()  # as `ragteam train` does (CPU: the LM head scores only trained positions)
     kind, layout = name.split("-")

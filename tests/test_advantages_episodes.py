@@ -14,6 +14,7 @@ from tensor_helpers import t
 
 from ragteam.credit import get_credit
 from ragteam.llm.base import Completion
+from ragteam.metrics.rewards import get_reward
 from ragteam.rollout.tree import Episode, Node
 from ragteam.train.advantages import ESTIMATORS, get_advantage, resolved
 from ragteam.train.experience import Sample, samples_from_episodes
@@ -61,7 +62,7 @@ def run(name: str, samples: list[Sample], ids=None) -> list[float]:
 def mixed_lengths() -> list[Sample]:
     """One question: a failing 10-act episode and three successful 1-act episodes (credits 0, 1, 1, 1)."""
     episodes = [chain(0, 10, 0.0), chain(1, 1, 1.0), chain(2, 1, 1.0), chain(3, 1, 1.0)]
-    samples, skipped = samples_from_episodes(episodes, get_credit("outcome"), "f1")
+    samples, skipped = samples_from_episodes(episodes, get_credit("outcome"), get_reward("f1"))
     assert len(samples) == 13 and not skipped
     return samples
 
@@ -92,7 +93,7 @@ def test_per_act_credits_keep_their_own_part():
 
 
 def test_a_group_of_one_episode_has_no_baseline():
-    samples, _ = samples_from_episodes([chain(0, 3, 1.0)], get_credit("outcome"), "f1")
+    samples, _ = samples_from_episodes([chain(0, 3, 1.0)], get_credit("outcome"), get_reward("f1"))
     for name in ("grpo", "drgrpo", "rloo"):
         assert run(name, samples) == [0.0, 0.0, 0.0]
     assert informative(samples) == [False] * 3  # nothing to compare: left out of the update
@@ -116,7 +117,7 @@ def unbalanced_tree() -> list[Episode]:
 
 
 def test_tree_grpo_pins_the_published_intra_and_inter_tree_terms_on_an_unbalanced_tree():
-    samples, _ = samples_from_episodes(unbalanced_tree(), get_credit("tree_mc"), "f1")
+    samples, _ = samples_from_episodes(unbalanced_tree(), get_credit("tree_mc"), get_reward("f1"))
     assert [(s.episode, s.node) for s in samples] == [("q#0", i) for i in range(5)] + [("q#1", 0)]
     # intra-tree, tree 0: R = 1, 0, 0, mean 1/3, std sqrt(1/3) -> L1 +2/sqrt3, L2 and L3 -1/sqrt3; tree 1
     #   has one leaf: 0.
@@ -134,7 +135,7 @@ def test_tree_grpo_adds_an_acts_own_credit_beyond_its_leaves():
     is added to its leaf-trajectory advantage as is."""
     trees = unbalanced_tree()
     trees[0].nodes[2].action = Action("say", "x", penalty=-0.5)
-    samples, _ = samples_from_episodes(trees, get_credit("mmoa"), "f1")
+    samples, _ = samples_from_episodes(trees, get_credit("mmoa"), get_reward("f1"))
     got = run("tree_grpo", samples)
     assert got[2] == round(-1 / SQRT3 - SQRT3 / 2 - 0.5, 4)
     assert got[0] == round(-0.5 / SQRT3, 4)  # the others as without it
@@ -144,7 +145,7 @@ def test_tree_grpo_informative_reads_the_trees_leaves():
     """One tree per question (group size 1): no episode-level group, yet its leaves differ, so its acts
     teach Tree-GRPO something; a tree whose leaves all scored alike does not."""
     alike = episode(0, [act(0, None), act(1, 0), act(2, 0), leaf(3, 1, 1.0), leaf(4, 2, 1.0)], group="p")
-    samples, _ = samples_from_episodes([unbalanced_tree()[0], alike], get_credit("tree_mc"), "f1")
+    samples, _ = samples_from_episodes([unbalanced_tree()[0], alike], get_credit("tree_mc"), get_reward("f1"))
     assert informative(samples, trees=True) == [True] * 5 + [False] * 3
     assert run("tree_grpo", samples)[5:] == [0.0, 0.0, 0.0]
 

@@ -30,15 +30,15 @@ def test_bf16_scores_track_float32(attention: str, share_prefix: bool) -> None:
     assert not torch.equal(full.logp, half.logp)  # autocast did run the matrix products in bf16
 
 
-def test_the_trainer_precision_follows_the_switch() -> None:
+def test_the_learner_precision_follows_the_switch() -> None:
+    from ragteam.train.ppo.learner import Learner
     from ragteam.train.ppo_config import PPOConfig
-    from ragteam.train.ppo_run import Trainer
 
     def precision(bf16: bool):
         cfg = PPOConfig.model_validate({"data": "d.jsonl", "out": "o", "ppo": {"bf16": bf16}})
-        trainer = Trainer.__new__(Trainer)
-        trainer.cfg, trainer.device = cfg, torch.device("cpu")
-        return trainer.precision()
+        learner = Learner.__new__(Learner)
+        learner.opts, learner.device = cfg.ppo, torch.device("cpu")
+        return learner.precision()
 
     x = torch.randn(4, 4)
     with precision(True):

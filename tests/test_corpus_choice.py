@@ -113,8 +113,8 @@ def test_collect_has_the_option_and_records_its_corpus(hotpot12, tmp_path):
 def test_train_ppo_retrieves_from_its_training_and_held_out_questions(hotpot12, shared_data, tmp_path):
     """distractor: the training and held-out questions' own paragraphs; pooled: both files, every paragraph."""
     from ragteam.assemble.build import build_workflow
+    from ragteam.train.ppo.run import run_corpus
     from ragteam.train.ppo_config import PPOConfig
-    from ragteam.train.ppo_run import run_corpus
 
     held_out = hotpot_head(shared_data, tmp_path, 14)  # questions 12-13 are not in the training file
     cfg = PPOConfig(

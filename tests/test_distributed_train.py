@@ -260,8 +260,8 @@ def test_lora_push_loads_each_version_under_its_own_name_and_unloads_the_last(
 
 
 def test_ppo_selects_the_vllm_push_for_a_served_policy(tmp_path: Path) -> None:
+    from ragteam.train.ppo.run import weight_sync
     from ragteam.train.ppo_config import PPOConfig
-    from ragteam.train.ppo_run import weight_sync
     from ragteam.train.sync import PushToServer, PushToVLLM, SharedModule
 
     def cfg(**ppo) -> PPOConfig:

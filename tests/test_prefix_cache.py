@@ -293,7 +293,7 @@ def test_the_engine_sets_the_budget_and_counts_each_run_s_prefill(models):
 
 
 def test_the_ppo_line_says_the_share_of_prompt_tokens_prefilled():
-    from ragteam.train.ppo_log import act_counts, iteration_line
+    from ragteam.train.ppo.log import act_counts, iteration_line
 
     row = {
         "iteration": 1,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ragteam.train.common import TrainConfig, drop_long_rows, row_limit
+from ragteam.train.rows import drop_long_rows, row_limit
 from ragteam.train.sft import train_sft
 from ragteam.train.step_lines import step_line
+from ragteam.train.train_config import TrainConfig
 
 
 def test_a_step_line_reads_like_ppos() -> None:

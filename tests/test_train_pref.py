@@ -9,10 +9,11 @@ import pytest
 
 from ragteam.cli.main import main
 from ragteam.llm.prm import PRMConfig, ProcessRewardModel, prm_input_ids, render_prm_input
-from ragteam.train.common import TrainConfig, read_log
-from ragteam.train.prm import PRMOptions, train_prm
 from ragteam.train.data import DataError, read_pair_rows
 from ragteam.train.dpo import train_dpo
+from ragteam.train.prm import PRMOptions, train_prm
+from ragteam.train.run_folder import read_log
+from ragteam.train.train_config import TrainConfig
 
 PAIRS = [
     {

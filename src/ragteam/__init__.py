@@ -52,6 +52,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "workflow_names",
     ),
     "ragteam.credit": ("get_credit", "register_credit"),
+    "ragteam.metrics.rewards": ("get_reward", "register_reward"),
     "ragteam.train.advantages": ("register_advantage",),
     "ragteam.train.losses": ("register_policy_loss",),
     "ragteam.api": (

@@ -1,9 +1,10 @@
 """Credit assignment: from one episode tree to a reward for each trained (policy) node.
 
 Every credit function is pure, `(episode, reward) -> {policy node id: reward}`, registered by name
-(`get_credit("tree_mc")`) so a trainer picks one from its config. `reward` says how to read a leaf's scalar
-reward (`RewardOf`): a metric name looked up in the answer leaf's `rewards` dict ("f1", "em", "cover_em"),
-or a callable `(leaf) -> float`. See `leaf_reward` for failed and truncated leaves.
+(`get_credit("tree_mc")`) so a trainer picks one from its config. `reward` is a leaf's scalar reward
+(`RewardOf`, a function `(leaf) -> float`): what a leaf is worth is a reward's business
+(`ragteam.metrics.rewards`, registered by name, bound to the episode's question), how that worth spreads over
+the acts above it is credit's. See `leaf_reward` for failed and truncated leaves.
 
 Which nodes get an entry: a policy node is credited from the answer leaves of its subtree, so a policy node
 with no leaf below it gets no entry from `outcome`, `tree_mc` and `mmoa`. That covers the unchosen siblings
@@ -50,8 +51,8 @@ __all__ = [
     "tree_mean",
 ]
 
-RewardOf: TypeAlias = str | Callable[[Node], float]
-"""How to read a leaf's scalar reward: a metric name in `leaf.rewards`, or a function of the leaf."""
+RewardOf: TypeAlias = Callable[[Node], float]
+"""A leaf's scalar reward: a registered reward bound to the episode's question (`metrics.rewards.for_question`)."""
 
 CreditFn: TypeAlias = Callable[[Episode, RewardOf], dict[int, float]]
 
@@ -116,27 +117,14 @@ def get_credit(name: str) -> CreditFn:
 
 
 def leaf_reward(leaf: Node, reward: RewardOf) -> float:
-    """The scalar reward of one answer leaf.
-
-    - metric name: `leaf.rewards[name]`; a `failed` or `truncated` leaf without that metric is worth 0 (the
-      engine's failed leaves carry no rewards); an `ok` leaf without it is an error (a misspelt metric
-      must not silently train on zeros).
-    - callable: `reward(leaf)`, except that a failed or truncated leaf with an empty `rewards` dict is worth 0
-      without calling it.
-    """
+    """The scalar reward of one answer leaf, `reward(leaf)`, except that a failed or truncated leaf with an
+    empty `rewards` dict (the engine's failed leaves carry none) is worth 0 without calling it."""
     if leaf.kind != "answer":
         raise ValueError(f"node {leaf.id} is a {leaf.kind!r} node, not an answer leaf")
-    if isinstance(reward, str):
-        if reward in leaf.rewards:
-            return float(leaf.rewards[reward])
-        if leaf.status != "ok":
-            return 0.0
-        raise KeyError(
-            f"answer leaf {leaf.id} has no reward {reward!r}; it has: {sorted(leaf.rewards) or 'none'}"
-        )
     if not callable(reward):
         raise TypeError(
-            f"reward must be a metric name or a callable (leaf) -> float, not {type(reward).__name__}"
+            f"reward must be a function (leaf) -> float (a registered reward bound to its question: "
+            f"ragteam.metrics.rewards.for_question), not {type(reward).__name__}"
         )
     if leaf.status != "ok" and not leaf.rewards:
         return 0.0
@@ -177,8 +165,8 @@ def leaves_below(episode: Episode) -> dict[int, list[Node]]:
 def leaf_outcomes(episode: Episode, reward: RewardOf) -> dict[int, dict[int, float]] | None:
     """For every policy node id, the answer leaves below it and their rewards ({leaf id: reward}): the leaf
     trajectories that pass through the act, which Tree-GRPO scores (`train/advantages.tree_grpo`). None when
-    a leaf cannot be read under `reward` (an `ok` leaf without that metric: a credit function of its own may
-    not need it; an estimator that does says so)."""
+    a leaf cannot be read under `reward` (an `ok` leaf without the metric it reads: a credit function of its
+    own may not need it; an estimator that does says so)."""
     try:
         return {
             node_id: {lf.id: leaf_reward(lf, reward) for lf in leaves}

@@ -37,6 +37,7 @@ RESUME_IGNORED = frozenset(
         "progress",
         "skip_bad",
         "judge",
+        "reward",
         "rollout.max_concurrent",
         "rollout.workers",
         "rollout.ray_address",

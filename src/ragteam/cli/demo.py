@@ -254,8 +254,8 @@ def warm_start(
     from ragteam.collect.config import CollectConfig
     from ragteam.collect.run import run_collect
     from ragteam.rollout.config import RolloutConfig
-    from ragteam.train.common import TrainConfig
     from ragteam.train.sft import train_sft
+    from ragteam.train.train_config import TrainConfig
 
     rows_file = root / "sft.jsonl"
     model_dir = root / "model"

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from ragteam.train.common import TrainConfig
+from ragteam.train.train_config import TrainConfig
 
 OVERWRITE_HELP = (
     "write into a non-empty --out that holds files this command did not write (another command's run, "

@@ -23,12 +23,13 @@ from ragteam.eval import plots as plots_mod
 from ragteam.eval.report import metrics_table, render_report
 from ragteam.eval.skipped import write_skipped
 from ragteam.llm.prefix_cache import prefill_summary
+from ragteam.metrics.rewards import answer_rewards, eval_reward_help, get_reward
 from ragteam.protocol import team_name
 from ragteam.rollout.distributed import close_engine, spread
 from ragteam.rollout.traces import TraceWriter, load_trace
 from ragteam.rollout.tree import Episode
-from ragteam.stats.episodes import workflow_stats
-from ragteam.stats.scores import aggregate, question_rows
+from ragteam.stats.episodes import primary_leaf, workflow_stats
+from ragteam.stats.scores import aggregate, bootstrap_ci, question_rows
 from ragteam.types import Question
 from ragteam.workflows.registry import workflow_help
 
@@ -48,6 +49,7 @@ class EvalConfig(TeamConfig):
         "lines listed in skipped.jsonl)",
     )
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="optional LLM judge endpoint")
+    reward: str | None = Field(None, description=eval_reward_help())
     overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
     repair: bool = Field(
         False,
@@ -83,11 +85,36 @@ def _judge(
     return {q.id: float(v) for q, v in zip(todo, verdicts)}, info
 
 
+def add_reward(
+    summary: dict[str, Any], rows: list[dict[str, Any]], episodes: dict[str, Episode], name: str
+) -> None:
+    """`--reward NAME`: every question's row gets the registered reward of its answer leaf (0 when it failed
+    or has none; a failed or truncated leaf without metrics is 0 too, as in training), and the summary its
+    mean and 95 % interval beside EM / F1 / cover-EM."""
+    from ragteam.credit import leaf_reward
+
+    if rows and all(name in row for row in rows):
+        return  # a metric the rows hold already (f1, em, cover_em; judge with --judge.base-url)
+    reward = get_reward(name)
+    for row in rows:
+        ep = episodes.get(row["id"])
+        leaf = primary_leaf(ep) if ep is not None and not row["failed"] else None
+        try:
+            row[name] = 0.0 if leaf is None else leaf_reward(leaf, lambda lf, q=ep.question: reward(lf, q))
+        except KeyError as e:  # a metric the leaves do not record (judge without --judge.base-url)
+            raise ValueError(f"--reward {name}: question {row['id']}: {e.args[0]}") from None
+    values = [row[name] for row in rows]
+    summary["metrics"][name] = sum(values) / len(values) if values else 0.0
+    summary["ci95"][name] = list(bootstrap_ci(values))
+
+
 def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the eval described by `cfg`; write every output into `cfg.out`; return the summary."""
     from ragteam.metrics.answer import NORMALIZATION, score_answer
 
     t0 = perf_counter()
+    if cfg.reward is not None:
+        get_reward(cfg.reward)  # an unknown name fails before any rollout
     run = open_folder(cfg, "eval", log=log)
     qset, selected, out, trace, todo = run.qset, run.selected, run.out, run.trace, run.todo
 
@@ -107,7 +134,7 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
             parts.engine.run(
                 parts.workflow,
                 todo,
-                reward=lambda q, prediction: score_answer(prediction, q),
+                reward=answer_rewards,
                 on_episode=writer.write,
                 progress=cfg.progress,
             )
@@ -117,9 +144,11 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     recorded = load_trace(trace)
     episodes = {q.id: recorded[q.id] for q in selected if q.id in recorded}
     judged, judge_info = _judge(cfg.judge, selected, episodes) if cfg.judge.base_url else (None, None)
-    rows = question_rows(selected, episodes, score=lambda p, q: score_answer(p, q), judge=judged)
+    rows = question_rows(selected, episodes, score=score_answer, judge=judged)
     name = team_name(build_workflow(cfg), cfg.workflow)  # its class's name (cheap: no model is built)
     summary: dict[str, Any] = {"workflow": name, **aggregate(rows)}
+    if cfg.reward is not None:
+        add_reward(summary, rows, episodes, cfg.reward)
     summary["stats"] = workflow_stats([episodes[q.id] for q in selected if q.id in episodes])
     if judge_info is not None:
         summary["judge"] = judge_info

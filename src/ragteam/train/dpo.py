@@ -20,18 +20,10 @@ from typing import Literal
 from pydantic import Field
 
 from ragteam.config import Config
-from ragteam.train.common import (
-    TrainConfig,
-    conversation_length,
-    drop_long_rows,
-    jsonl_log_callback,
-    lora_config,
-    row_limit,
-    start_training,
-    train_and_report,
-    trainer_arguments,
-)
 from ragteam.train.data import PairRow, read_pair_rows
+from ragteam.train.rows import conversation_length, drop_long_rows, row_limit
+from ragteam.train.train_config import TrainConfig, lora_config
+from ragteam.train.trl_args import jsonl_log_callback, start_training, train_and_report, trainer_arguments
 
 
 class DPOOptions(Config):

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ragteam.credit import CreditFn, RewardOf, leaf_outcomes
+from ragteam.credit import CreditFn, leaf_outcomes
+from ragteam.metrics.rewards import RewardFn, for_question
 from ragteam.rollout.groups import group_of
 from ragteam.rollout.tree import Episode
 
@@ -84,9 +85,10 @@ class Sample:
 
 
 def samples_from_episodes(
-    episodes: Iterable[Episode], credit: CreditFn, reward: RewardOf, max_tokens: int | None = None
+    episodes: Iterable[Episode], credit: CreditFn, reward: RewardFn, max_tokens: int | None = None
 ) -> tuple[list[Sample], dict[str, int]]:
-    """One `Sample` per credited policy node; returns (samples, skipped counts by reason).
+    """One `Sample` per credited policy node; returns (samples, skipped counts by reason). `reward` is a
+    registered reward (`metrics.rewards.get_reward`), bound to each episode's question for its credit.
 
     Skipped, and counted: nodes the credit function gave no reward (no answer leaf below them), nodes whose
     completion has no token ids (an HTTP backend that did not return them), empty completions, and samples
@@ -101,8 +103,9 @@ def samples_from_episodes(
         skipped[reason] = skipped.get(reason, 0) + 1
 
     for ep in episodes:
-        credited = credit(ep, reward)
-        below = leaf_outcomes(ep, reward)
+        worth = for_question(reward, ep.question)
+        credited = credit(ep, worth)
+        below = leaf_outcomes(ep, worth)
         for node in ep.policy_nodes():
             if node.id not in credited:
                 skip("no_credit")

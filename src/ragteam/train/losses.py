@@ -228,7 +228,7 @@ class KLController:
       `anneal_steps` steps, then stays (MMOA-RAG's Table 2 gives beta 0.2 .. 0.06; its schedule is not
       published, a linear anneal is one reading). The trainer updates once after each iteration with
       `anneal_steps` = iterations - 1, so the first iteration runs at the initial beta and the last at
-      `anneal_to` (`ppo_run.anneal_steps`).
+      `anneal_to` (`ppo.learner.anneal_steps`).
     Where beta applies: as -beta * KL in the token rewards (`token_rewards`, `--ppo.kl-in reward`) or as
     beta * KL in the loss (`--ppo.kl-in loss`, DeepSeekMath's GRPO); the controller is the same for both.
     `n_steps` counts samples (or whatever unit `horizon` and `anneal_steps` are in).

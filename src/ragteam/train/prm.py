@@ -19,15 +19,9 @@ from pathlib import Path
 from pydantic import Field
 
 from ragteam.config import Config
-from ragteam.train.common import (
-    TrainConfig,
-    jsonl_log_callback,
-    lora_config,
-    start_training,
-    train_and_report,
-    trainer_arguments,
-)
 from ragteam.train.data import PairRow, read_pair_rows
+from ragteam.train.train_config import TrainConfig, lora_config
+from ragteam.train.trl_args import jsonl_log_callback, start_training, train_and_report, trainer_arguments
 
 
 class PRMOptions(Config):

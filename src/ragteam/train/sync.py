@@ -33,17 +33,23 @@ import httpx
 from ragteam.train.actor_critic import full_model, is_lora
 
 __all__ = [
+    "Push",
     "PushLoRAToVLLM",
     "PushToCopy",
     "PushToServer",
     "PushToVLLM",
     "PushToWorkers",
+    "ServerPush",
     "SharedModule",
     "WeightSync",
 ]
 
 
 class WeightSync(Protocol):
+    every_rank: bool
+    """Under torchrun, whether every rank pushes (its own rollout copy, or a collective gather) rather than
+    rank 0 alone (one server for the whole job)."""
+
     def push(self, policy: Any, iteration: int) -> None:
         """Make the rollout backend use `policy`'s weights as they are after `iteration` updates (a second
         push for the same iteration may be skipped)."""
@@ -52,11 +58,52 @@ class WeightSync(Protocol):
 class SharedModule:
     """The in-process backend: rollouts run on the trained module itself."""
 
+    every_rank = True
+
     def push(self, policy: Any, iteration: int) -> None:
         return None
 
 
-class PushToServer:
+class Push:
+    """The bookkeeping every copying push shares: a push of the iteration the backend already holds (an
+    evaluation pushed it before this rollout) is skipped; `pushes` counts the copies sent, `pushed` is the
+    iteration the backend holds. A subclass says how to send the weights (`send`)."""
+
+    every_rank = False
+
+    def __init__(self) -> None:
+        self.pushes = 0
+        self.pushed: int | None = None
+
+    def push(self, policy: Any, iteration: int) -> None:
+        if iteration == self.pushed:
+            return
+        self.send(policy, iteration)
+        self.pushes += 1
+        self.pushed = iteration
+
+    def send(self, policy: Any, iteration: int) -> None:
+        raise NotImplementedError
+
+
+class ServerPush(Push):
+    """A push to a server on the same file system: the weights go through `folder`, then HTTP POSTs (with
+    `api_key`, `timeout` and `retries`) ask the server to load them."""
+
+    def __init__(
+        self, folder: str | Path, timeout: float = 600.0, retries: int = 2, api_key: str | None = None
+    ) -> None:
+        super().__init__()
+        self.folder = Path(folder).resolve()
+        self.timeout = timeout
+        self.retries = retries
+        self.api_key = api_key
+
+    def post(self, url: str, body: dict[str, Any] | None, what: str, hint: str) -> Any:
+        return post(url, body, self.timeout, self.retries, what, hint, api_key=self.api_key)
+
+
+class PushToServer(ServerPush):
     """Write the weights to `folder` (safetensors) and POST `{"path": folder}` to `url` (the server's
     `/v1/load_weights`); the server must see the same file system (same machine, or a shared volume)."""
 
@@ -68,13 +115,8 @@ class PushToServer:
         retries: int = 2,
         api_key: str | None = None,
     ) -> None:
+        super().__init__(folder, timeout, retries, api_key)
         self.url = url
-        self.api_key = api_key
-        self.folder = Path(folder).resolve()
-        self.timeout = timeout
-        self.retries = retries
-        self.pushes = 0
-        self.pushed: int | None = None  # the iteration whose weights the server holds
 
     @classmethod
     def for_base_url(cls, base_url: str, folder: str | Path, api_key: str | None = None) -> PushToServer:
@@ -83,22 +125,15 @@ class PushToServer:
         base = base if base.endswith("/v1") else base + "/v1"
         return cls(base + "/load_weights", folder, api_key=api_key)
 
-    def push(self, policy: Any, iteration: int) -> None:
-        if iteration == self.pushed:
-            return  # these weights are on the server already (an evaluation pushed them before this rollout)
+    def send(self, policy: Any, iteration: int) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         full_model(policy).save_pretrained(self.folder, safe_serialization=True)
-        post(
+        self.post(
             self.url,
             {"path": str(self.folder)},
-            self.timeout,
-            self.retries,
             f"pushing the policy (iteration {iteration})",
             "start the server with `ragteam serve llm --allow-weight-updates` on the same file system",
-            api_key=self.api_key,
         )
-        self.pushes += 1
-        self.pushed = iteration
 
 
 def post(
@@ -139,7 +174,7 @@ def server_root(base_url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-class PushToVLLM:
+class PushToVLLM(ServerPush):
     """Full weights to a vLLM server that serves `folder` (`vllm serve FOLDER`, `VLLM_SERVER_DEV_MODE=1`).
 
     Each push overwrites the safetensors in `folder` (the trainer and the server share the file system),
@@ -157,17 +192,10 @@ class PushToVLLM:
         retries: int = 2,
         api_key: str | None = None,
     ) -> None:
+        super().__init__(folder, timeout, retries, api_key)
         self.root = server_root(base_url)
-        self.api_key = api_key
-        self.folder = Path(folder).resolve()
-        self.timeout = timeout
-        self.retries = retries
-        self.pushes = 0
-        self.pushed: int | None = None
 
-    def push(self, policy: Any, iteration: int) -> None:
-        if iteration == self.pushed:
-            return
+    def send(self, policy: Any, iteration: int) -> None:
         if not (self.folder / "config.json").is_file():
             raise FileNotFoundError(
                 f"{self.folder} holds no model: start vLLM on a copy of the initial policy in that folder "
@@ -176,21 +204,11 @@ class PushToVLLM:
         full_model(policy).save_pretrained(self.folder, safe_serialization=True)
         hint = "start vLLM with VLLM_SERVER_DEV_MODE=1 (its weight-reload routes) serving this folder"
         what = f"reloading the policy (iteration {iteration}) on vLLM"
-        post(
-            f"{self.root}/collective_rpc",
-            {"method": "reload_weights"},
-            self.timeout,
-            self.retries,
-            what,
-            hint,
-            api_key=self.api_key,
-        )
-        post(f"{self.root}/reset_prefix_cache", None, self.timeout, self.retries, what, hint, self.api_key)
-        self.pushes += 1
-        self.pushed = iteration
+        self.post(f"{self.root}/collective_rpc", {"method": "reload_weights"}, what, hint)
+        self.post(f"{self.root}/reset_prefix_cache", None, what, hint)
 
 
-class PushLoRAToVLLM:
+class PushLoRAToVLLM(ServerPush):
     """A LoRA policy (a peft model) to vLLM's runtime adapter routes, one adapter name per version.
 
     Each push saves the adapter to `folder/v<iteration>/`, loads it as `<name>-v<iteration>`
@@ -208,21 +226,14 @@ class PushLoRAToVLLM:
         retries: int = 2,
         api_key: str | None = None,
     ) -> None:
+        super().__init__(folder, timeout, retries, api_key)
         base = base_url.rstrip("/")
         self.base = base if base.endswith("/v1") else base + "/v1"
-        self.api_key = api_key
-        self.folder = Path(folder).resolve()
         self.name = name
         self.on_loaded = on_loaded
-        self.timeout = timeout
-        self.retries = retries
-        self.pushes = 0
-        self.pushed: int | None = None
         self.loaded: str | None = None  # the adapter name the server now serves
 
-    def push(self, policy: Any, iteration: int) -> None:
-        if iteration == self.pushed:
-            return
+    def send(self, policy: Any, iteration: int) -> None:
         if not is_lora(policy):
             raise TypeError(
                 f"{type(policy).__name__} is not a LoRA (peft) model: push full weights instead "
@@ -235,69 +246,42 @@ class PushLoRAToVLLM:
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, on the same file system"
         )
         what = f"loading the LoRA policy (iteration {iteration}) on vLLM"
-        post(
-            f"{self.base}/load_lora_adapter",
-            {"lora_name": name, "lora_path": str(path)},
-            self.timeout,
-            self.retries,
-            what,
-            hint,
-            api_key=self.api_key,
-        )
+        self.post(f"{self.base}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, what, hint)
         if self.on_loaded is not None:
             self.on_loaded(name)
         previous, self.loaded = self.loaded, name
         if previous is not None:
-            post(
-                f"{self.base}/unload_lora_adapter",
-                {"lora_name": previous},
-                self.timeout,
-                self.retries,
-                f"unloading the LoRA policy {previous}",
-                hint,
-                api_key=self.api_key,
-            )
+            unload = f"unloading the LoRA policy {previous}"
+            self.post(f"{self.base}/unload_lora_adapter", {"lora_name": previous}, unload, hint)
             shutil.rmtree(self.folder / f"v{previous.rsplit('-v', 1)[1]}", ignore_errors=True)
-        self.pushes += 1
-        self.pushed = iteration
 
 
-class PushToWorkers:
+class PushToWorkers(Push):
     """Rollouts on Ray actors (`--rollout.workers N`, `rollout/distributed.py`), each with its own copy of
     the policy: a push puts the state dict in Ray's object store once and every actor loads it."""
 
     def __init__(self, engine: Any) -> None:
+        super().__init__()
         self.engine = engine
-        self.pushes = 0
-        self.pushed: int | None = None
 
-    def push(self, policy: Any, iteration: int) -> None:
-        if iteration == self.pushed:
-            return
+    def send(self, policy: Any, iteration: int) -> None:
         self.engine.set_policy_weights(
             {k: v.detach().cpu() for k, v in full_model(policy).state_dict().items()}
         )
-        self.pushes += 1
-        self.pushed = iteration
 
 
-class PushToCopy:
+class PushToCopy(Push):
     """FSDP (`--ppo.parallel fsdp` under torchrun) shards the trained policy over the ranks, so each rank
-    rolls out on a whole copy of it: a push gathers the full weights (every rank takes part: `collective`)
-    and loads them into the copy."""
+    rolls out on a whole copy of it: a push gathers the full weights (every rank takes part) and loads them
+    into the copy."""
 
-    collective = True
+    every_rank = True
 
     def __init__(self, copy: Any) -> None:
+        super().__init__()
         self.copy = copy
-        self.pushes = 0
-        self.pushed: int | None = None
 
-    def push(self, policy: Any, iteration: int) -> None:
-        if iteration == self.pushed:
-            return
+    def send(self, policy: Any, iteration: int) -> None:
         from ragteam.train.distributed import full_state_dict
 
         self.copy.load_state_dict(full_state_dict(policy))
-        self.pushes += 1
-        self.pushed = iteration

@@ -4,32 +4,33 @@ process reward model's scores (`--ppo.process-reward prm`).
 Both are written onto the episode trees (a leaf's `judge` reward, an act's `score`) before the `credit` phase
 runs, because a credit function is a pure function of a tree: it reads rewards and scores where the engine
 puts the answer metrics, and does not know which model produced them. Each is one batched call per iteration,
-and each model is built on first use (`trainer.judge`, `trainer.prm`), so a run that uses neither never loads
-one; their modules are imported lazily for the same reason.
+and each model is built on first use (`run.judge`, `run.prm`), so a run that uses neither never loads
+one; their modules are imported lazily for the same reason. Which leaf reward credit then reads is the
+registered reward `--ppo.reward` names (`ragteam.metrics.rewards`; `judge` reads the verdicts put here).
 """
 
 from __future__ import annotations
 
 from ragteam.rollout.tree import Episode
-from ragteam.train.ppo_run import Trainer
+from ragteam.train.ppo.run import Run
 
 __all__ = ["judge_leaves", "score_acts", "unscorable"]
 
 
-def judge_leaves(trainer: Trainer, episodes: list[Episode]) -> None:
+def judge_leaves(run: Run, episodes: list[Episode]) -> None:
     """`--ppo.reward judge`: the LLM judge's verdict (1/0) on every answered leaf, as its `judge` reward, in
     one batched call per iteration; failed and truncated leaves stay unjudged (worth 0 in credit)."""
     from ragteam.metrics.judge import LLMJudge
 
-    if trainer.judge is None:
-        trainer.judge = LLMJudge(trainer.cfg.judge.chat_model())
+    if run.judge is None:
+        run.judge = LLMJudge(run.cfg.judge.chat_model())
     leaves = [(ep, lf) for ep in episodes for lf in ep.leaves() if lf.status == "ok"]
-    verdicts = trainer.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
+    verdicts = run.judge.judge([ep.question for ep, _ in leaves], [lf.answer or "" for _, lf in leaves])
     for (_, leaf), v in zip(leaves, verdicts):
         leaf.rewards["judge"] = v
 
 
-def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
+def score_acts(run: Run, episodes: list[Episode]) -> None:
     """`--ppo.process-reward prm` (the gym recipe, RAG-Gym's PPO, section 2.2.2): every policy act's
     `score` becomes the process reward model's r(s, a) of its state (the prompt as sent) and its reply, as
     the PRM scores candidates at inference (`PRMScorer`), in one batched call per iteration; the
@@ -47,10 +48,10 @@ def score_acts(trainer: Trainer, episodes: list[Episode]) -> None:
             f"no prompt recorded ({', '.join(missing[:5])}), and crediting them by the answer's reward would "
             "mix two scales in one run"
         )
-    if trainer.prm is None:
-        trainer.prm = ProcessRewardModel.from_config(trainer.cfg.prm)
+    if run.prm is None:
+        run.prm = ProcessRewardModel.from_config(run.cfg.prm)
     acts = [n for ep in episodes for n in ep.policy_nodes()]
-    scores = trainer.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
+    scores = run.prm.score([(n.messages, n.text or "") for n in acts]) if acts else []
     for node, value in zip(acts, scores):
         node.score = float(value)
 

@@ -1,8 +1,8 @@
 """PPO's log: one row per iteration (`log.jsonl`, TensorBoard, W&B, a line on stderr), built from what the
 iteration's phases produced, and the guards that watch it: a role whose entropy, KL or reply length runs
-away from where the run started gets a warning in the row and on the terminal. The statistics the phases take
-on the way (`role_stats` in the update, `logprob_drift` in the advantage pass) are measured here too, so that
-`ppo.py` holds only the phases.
+away from where the run started gets a warning in the row and on the terminal, and a run whose every
+iteration trained no act ends as an error (`nothing_trained`). The statistics the learner measures on the way
+are `stats.py`'s.
 """
 
 from __future__ import annotations
@@ -13,27 +13,27 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from ragteam.assemble.folder import flatten
+from ragteam.credit import leaf_reward
+from ragteam.metrics.rewards import for_question, get_reward
 from ragteam.rollout.tree import Episode
 from ragteam.train.experience import Sample
-from ragteam.train.losses import masked_mean, value_loss
-from ragteam.train.meters import RoleMeters
-from ragteam.train.ppo_run import Experience, Iteration, Trainer
+from ragteam.train.ppo.learner import Experience
+from ragteam.train.ppo.run import Iteration, Run
 from ragteam.train.report import Scalars, start_wandb
 
 __all__ = [
+    "NothingTrained",
     "act_counts",
     "act_warnings",
     "credit_means",
+    "earlier_acts",
     "iteration_line",
     "iteration_row",
     "log_iteration",
-    "logprob_drift",
+    "nothing_trained",
     "open_scalars",
-    "role_stats",
     "rollout_stats",
     "runaway",
 ]
@@ -59,10 +59,13 @@ LOST_SHARE = 0.01
 SKIPPED_SHARE = 0.10
 
 
-def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list[Sample]) -> dict[str, Any]:
-    """Training-batch statistics: answer rewards over leaves, and per role: credited reward, KL to the
-    reference (of the samples trained), response length, invalid and cut rates, action kinds (C-3PO's
-    router: its strategy ratio); and the question groups."""
+def rollout_stats(
+    episodes: list[Episode], exp: Experience | None, samples: list[Sample], reward: str
+) -> dict[str, Any]:
+    """Training-batch statistics: answer rewards over leaves (the answer metrics, and the run's registered
+    reward `--ppo.reward` when it is none of them), and per role: credited reward, KL to the reference (of
+    the samples trained), response length, invalid and cut rates, action kinds (C-3PO's router: its strategy
+    ratio); and the question groups."""
     kl_of: dict[tuple[str, int], float] = {}
     if exp is not None:
         for i, s in enumerate(exp.samples):
@@ -74,6 +77,10 @@ def rollout_stats(episodes: list[Episode], exp: Experience | None, samples: list
     row["reward"] = {
         m: float(np.mean([lf.rewards.get(m, 0.0) for lf in leaves])) if leaves else 0.0 for m in metrics
     }
+    if reward not in row["reward"]:
+        fn = get_reward(reward)
+        worth = [leaf_reward(lf, for_question(fn, ep.question)) for ep in episodes for lf in ep.leaves()]
+        row["reward"][reward] = float(np.mean(worth)) if worth else 0.0
     roles: dict[str, dict[str, Any]] = {}
     for s in samples:
         r = roles.setdefault(
@@ -174,12 +181,12 @@ def group_stats(samples: list[Sample]) -> dict[str, Any]:
     return {"n": len(groups), "multi": len(multi), "informative": informative / len(multi) if multi else 0.0}
 
 
-def runaway(trainer: Trainer, row: dict[str, Any]) -> list[str]:
+def runaway(run: Run, row: dict[str, Any]) -> list[str]:
     """Warnings for the roles whose entropy, reply length or KL ran away from their baseline: the median of
     their values in the first `BASELINE_ITERATIONS` iterations they acted in, or of those before this one
-    while fewer are known (kept in `trainer.state["baseline"]`, so a resumed run compares with the same
+    while fewer are known (kept in `run.state["baseline"]`, so a resumed run compares with the same
     start)."""
-    base = trainer.state.setdefault("baseline", {})
+    base = run.state.setdefault("baseline", {})
     out = []
     for role, r in row.get("roles", {}).items():
         known = base[role] = _first_values(base.get(role, {}))
@@ -204,11 +211,11 @@ def _first_values(known: dict[str, Any]) -> dict[str, list[float]]:
     return {k: v if isinstance(v, list) else [v] * BASELINE_ITERATIONS for k, v in known.items()}
 
 
-def iteration_row(trainer: Trainer, step: Iteration) -> dict[str, Any]:
+def iteration_row(run: Run, step: Iteration) -> dict[str, Any]:
     """The log row of one iteration: rollout statistics, PPO statistics (overall and per role), schedule."""
     overall, per_role = step.meters.means()
     row: dict[str, Any] = {"step": step.index + 1, "iteration": step.index + 1, "time": round(time.time(), 3)}
-    row |= rollout_stats(step.episodes, step.exp, step.samples)
+    row |= rollout_stats(step.episodes, step.exp, step.samples, run.cfg.ppo.reward)
     for role, stats in per_role.items():
         row["roles"].setdefault(role, {}).update(stats)
     acts = act_counts(len(step.trained), step.skipped)
@@ -217,35 +224,35 @@ def iteration_row(trainer: Trainer, step: Iteration) -> dict[str, Any]:
         "credit": credit_means(step.samples),
         "skipped": step.skipped,
         "generated_tokens": step.generated,
-        "generated_tokens_total": trainer.state["generated_tokens"],
+        "generated_tokens_total": run.state["generated_tokens"],
         "prefill": step.prefill,  # prompt, prefilled and cached tokens by in-process model
         "kl_mean": step.kl_mean,
-        "kl_beta": trainer.kl.beta,
+        "kl_beta": run.learner.kl.beta,
         "logprob_drift": step.exp.drift if step.exp is not None else None,
         "lr": step.lrs[0],
         "critic_lr": step.lrs[1] if len(step.lrs) > 1 else None,
         "train": overall,
     }
-    row["warnings"] = act_warnings(acts) + runaway(trainer, row)
+    row["warnings"] = act_warnings(acts) + runaway(run, row)
     if step.eval:
         row["eval"] = step.eval
     return row
 
 
-def open_scalars(trainer: Trainer) -> Scalars | None:
+def open_scalars(run: Run) -> Scalars | None:
     """Where each row's numbers go besides log.jsonl: TensorBoard in OUT/runs (unless --no-tensorboard or not
     installed) and the W&B run of --report-to wandb (continued on --resume); None when neither."""
-    from ragteam.train.common import tensorboard_available
+    from ragteam.train.trl_args import tensorboard_available
 
-    writer = run = None
-    if trainer.cfg.tensorboard and tensorboard_available():
+    writer = wandb = None
+    if run.cfg.tensorboard and tensorboard_available():
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(str(trainer.out / "runs"))
-    if trainer.cfg.report_to == "wandb":
-        config = trainer.cfg.model_dump(mode="json")
-        run = start_wandb(trainer.out, config, resume=trainer.resume_from is not None)
-    return Scalars(writer, run) if writer is not None or run is not None else None
+        writer = SummaryWriter(str(run.out / "runs"))
+    if run.cfg.report_to == "wandb":
+        config = run.cfg.model_dump(mode="json")
+        wandb = start_wandb(run.out, config, resume=run.resume_from is not None)
+    return Scalars(writer, wandb) if writer is not None or wandb is not None else None
 
 
 def iteration_line(row: dict[str, Any], credit: str) -> str:
@@ -270,59 +277,58 @@ def iteration_line(row: dict[str, Any], credit: str) -> str:
     return " | ".join(parts)
 
 
-def log_iteration(trainer: Trainer, row: dict[str, Any]) -> None:
-    with (trainer.out / "log.jsonl").open("a", encoding="utf-8") as fh:
+def log_iteration(run: Run, row: dict[str, Any]) -> None:
+    with (run.out / "log.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
-    if trainer.scalars is not None:
+    if run.scalars is not None:
         values = {k: v for k, v in flatten(row, sep="/").items() if k not in ("step", "iteration", "time")}
-        trainer.scalars.log(values, row["step"])
-    print(iteration_line(row, trainer.cfg.ppo.credit), file=sys.stderr, flush=True)
+        run.scalars.log(values, row["step"])
+    print(iteration_line(row, run.cfg.ppo.credit), file=sys.stderr, flush=True)
     for warning in row.get("warnings", []):
         print(f"ppo it {row['iteration']}: WARNING {warning}", file=sys.stderr, flush=True)
 
 
-# ------------------------------------------------------------------ statistics the phases measure
+# ------------------------------------------------------------------ a run that trained nothing
 
 
-def logprob_drift(samples: list[Sample], old_logp: Tensor) -> float | None:
-    """Mean absolute gap per token between the trainer's log-probs and the rollout backend's (recorded at
-    temperature 1, so compared on the samples drawn at 1): ~1e-6 in process, larger from a server (other
-    kernels, bf16) or when its weights lag the trainer's."""
-    total, count = 0.0, 0
-    for b, s in enumerate(samples):
-        recorded = s.rollout_logprobs
-        if s.temperature == 1 and recorded is not None and len(recorded) == len(s.completion_ids):
-            ours = old_logp[b, : len(s.completion_ids)].cpu()
-            total += float((ours - torch.tensor(recorded)).abs().sum())
-            count += len(s.completion_ids)
-    return total / count if count else None
+class NothingTrained(ValueError):
+    """Every iteration of a run left every act out of the update: the saved policy is its initial weights.
+    A ValueError, so the command ends with `ragteam: error: ...` and exit status 1, not "saved"."""
 
 
-@torch.no_grad()
-def role_stats(meters: RoleMeters, batch, out, old, adv, ret, old_v, cfg, pg_loss) -> None:
-    """Token-weighted PPO statistics of one micro-batch: overall and for each role in it."""
-    roles = sorted({s.role for s in batch.samples})
-    role_of = [s.role for s in batch.samples]
-    for role in [None, *roles]:
-        m = (
-            batch.mask
-            if role is None
-            else batch.mask
-            & torch.tensor([r == role for r in role_of], device=batch.mask.device).unsqueeze(1)
-        )
-        n = float(m.sum())
-        if n == 0:
-            continue
-        pg, pstats = pg_loss(out.logp, old, adv, m, clip=cfg.clip)
-        stats = {
-            "policy_loss": pg.item(),
-            "clip_frac": pstats["clip_frac"],
-            "approx_kl": pstats["approx_kl"],
-            "entropy": masked_mean(out.entropy, m).item(),
-            "advantage_abs": masked_mean(adv.abs(), m).item(),
-        }
-        if old_v is not None:
-            vf, vstats = value_loss(out.values, old_v, ret, m, clip=cfg.value_clip, kind=cfg.value_loss)
-            stats |= {"value_loss": vf.item(), "value_clip_frac": vstats["clip_frac"]}
-        for name, value in stats.items():
-            meters.add(role, name, value, n)
+def nothing_trained(acts: list[dict[str, Any]]) -> str | None:
+    """The error of a run whose every iteration (`acts`: each iteration's `act_counts`, a resumed run's earlier
+    ones included) trained no act, with the reasons summed over the run; None when one did, or when there is
+    no iteration."""
+    if not acts or any(a["trained"] for a in acts):
+        return None
+    reasons: dict[str, int] = {}
+    for a in acts:
+        for k, v in a["skipped"].items():
+            reasons[k] = reasons.get(k, 0) + v
+    why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])) or "no acts"
+    hint = {
+        "uninformative_group": "every group scored alike: raise --rollout.group-size or the temperature, "
+        "or start from a policy that sometimes succeeds",
+        "too_long": "raise --ppo.max-sample-tokens",
+    }
+    top = max(reasons, key=reasons.get) if reasons else ""
+    return (
+        f"train ppo: no iteration trained any act ({len(acts)} iterations, {sum(a['total'] for a in acts)} "
+        f"acts: {why}); the policy in the output folder is the initial one"
+        + (f"; {hint[top]}" if top in hint else "")
+    )
+
+
+def earlier_acts(run: Run) -> list[dict[str, Any]]:
+    """The act counts of the iterations a resumed run did before (its log.jsonl rows up to the checkpoint), so
+    that `nothing_trained` judges the whole run; a row written before rows counted acts says how many samples
+    it trained. [] for a fresh run."""
+    path = run.out / "log.jsonl"
+    if run.resume_from is None or not path.is_file():
+        return []
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return [
+        r.get("acts") or {"total": r.get("samples", 0), "trained": r.get("samples", 0), "skipped": {}}
+        for r in rows
+    ]

@@ -1,13 +1,12 @@
-"""What one PPO run is made of, and how `ragteam train ppo` builds it: the models (policy, the critic when
-the estimator needs one, the frozen reference), the rollout engine and its weight sync, the optimizer and
-schedule, the questions. The loop in `train/ppo.py` reads these; checkpoints (`ppo_checkpoint.py`) and the
-log (`ppo_log.py`) write them.
+"""What one PPO run is made of, and how `ragteam train ppo` builds it (`build`): the learner (policy, value
+model, reference, optimizer, schedule, KL: `learner.py`), the rollout engine and its weight sync, the
+workflow, the questions, the output folder. The loop (`loop.py`) reads these; checkpoints (`checkpoint.py`)
+and the log (`log.py`) write them.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -16,17 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from ragteam.credit import get_credit
+from ragteam.metrics.rewards import get_reward
 from ragteam.rollout.tree import Episode
 from ragteam.train.actor_critic import MASKED_ATTENTION, ActorCritic, attention_of
 from ragteam.train.advantages import Estimator, get_advantage
 from ragteam.train.distributed import SINGLE, Dist, from_env, rank_device, wrap
 from ragteam.train.experience import Sample
-from ragteam.train.losses import KLController, get_policy_loss
+from ragteam.train.losses import get_policy_loss
 from ragteam.train.meters import RoleMeters
-from ragteam.train.ppo_config import PPOConfig, PPOOptions, sample_token_limit
+from ragteam.train.ppo.learner import Experience, Learner
+from ragteam.train.ppo_config import PPOConfig, sample_token_limit
 from ragteam.train.sync import (
     PushLoRAToVLLM,
     PushToCopy,
@@ -38,11 +38,9 @@ from ragteam.train.sync import (
 )
 
 __all__ = [
-    "Experience",
     "Iteration",
-    "Trainer",
+    "Run",
     "build",
-    "build_optimizer",
     "check",
     "rollout_engine",
     "weight_sync",
@@ -50,55 +48,27 @@ __all__ = [
 
 
 @dataclass
-class Trainer:
-    """Everything `train_ppo` builds once and every phase reads."""
+class Run:
+    """Everything `train_ppo` builds once and every phase reads: the learner and what feeds it."""
 
     cfg: PPOConfig
     out: Path
     workflow: Any
     engine: Any
-    tokenizer: Any
-    ac: ActorCritic
-    ref: torch.nn.Module | None  # None: a LoRA policy, whose reference is itself with the adapter off
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    kl: KLController
+    learner: Learner
     questions: list
     eval_questions: list
-    device: torch.device
     sync: WeightSync
+    dist: Dist = SINGLE  # this process's rank under torchrun (the learner's too)
     scalars: Any = None  # train/report.Scalars: TensorBoard and W&B, on the main process
-    dist: Dist = SINGLE  # this process's rank under torchrun (train/distributed.py)
-    model: Any = None  # what the update runs through: `ac`, or `ac` wrapped by DDP / FSDP
     judge: Any = None  # the LLM judge of --ppo.reward judge, built on first use
     prm: Any = None  # the process reward model of --ppo.process-reward prm (--prm.model), on first use
     resume_from: Path | None = None  # the checkpoint this run continues (its weights are loaded already)
-    share_prefix: bool = False  # --ppo.share-prefix, where the policy's attention takes its mask
     # what a checkpoint restores: updates done, tokens generated, the first iterations' per-role statistics
-    # (the baseline `ppo_log.runaway` compares later ones with)
+    # (the baseline `log.runaway` compares later ones with)
     state: dict[str, Any] = field(
         default_factory=lambda: {"iteration": 0, "generated_tokens": 0, "seconds": 0.0, "baseline": {}}
     )
-
-    def precision(self) -> torch.autocast:
-        """The context every trainer forward runs in: bfloat16 autocast under --ppo.bf16 (the same for the
-        old, reference and updated log-probs, so the first step's ratio is exactly 1), else a no-op."""
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.ppo.bf16)
-
-
-@dataclass
-class Experience:
-    """An iteration's samples and their per-token tensors, all [N, T] (N samples, T longest completion)."""
-
-    samples: list[Sample]
-    mask: Tensor
-    old_logp: Tensor
-    ref_logp: Tensor
-    old_values: Tensor | None  # None: a critic-free estimator
-    kl: Tensor
-    advantages: Tensor
-    returns: Tensor
-    drift: float | None = None  # mean |old log-prob - the rollout backend's| per token (None: not recorded)
 
 
 @dataclass
@@ -106,7 +76,7 @@ class Iteration:
     """What one iteration's phases produced, in order; its log row is built from it (`iteration_row`)."""
 
     index: int  # 0-based
-    lrs: tuple[float, ...]  # policy (and critic) learning rates this iteration (the update steps them)
+    lrs: tuple[float, ...]  # policy (and value model) learning rates this iteration (the update steps them)
     episodes: list[Episode] = field(default_factory=list)
     generated: int = 0  # policy tokens generated by this iteration's rollout
     samples: list[Sample] = field(default_factory=list)  # every credited act
@@ -119,59 +89,16 @@ class Iteration:
     prefill: dict[str, Any] = field(default_factory=dict)  # by model: llm/prefix_cache.py
 
 
-def _lr_factor(cfg: PPOConfig):
-    warm, total, kind = cfg.ppo.warmup_iterations, cfg.iterations, cfg.ppo.lr_schedule
-
-    def factor(it: int) -> float:
-        if it < warm:
-            return (it + 1) / (warm + 1)
-        if kind == "constant":
-            return 1.0
-        frac = (it - warm) / max(1, total - warm)
-        return max(0.0, 1.0 - frac) if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
-
-    return factor
-
-
-def _fastest_adamw(device: torch.device) -> dict[str, bool]:
-    """AdamW's fused kernel where this torch has one for the device (CPU included since torch 2.4: one pass
-    over each parameter instead of a loop of elementwise ops), else the multi-tensor `foreach` version."""
-    try:
-        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
-    except (RuntimeError, ValueError, TypeError):
-        return {"foreach": True}
-    return {"fused": True}
-
-
-def build_optimizer(
-    ac: ActorCritic, opts: PPOOptions, device: torch.device, fused: bool = True
-) -> torch.optim.Optimizer:
-    """AdamW with two groups: the policy's weights at `lr`, the critic's (value head, and its trunk when
-    separate) at `critic_lr` when there is a critic. `fused=False`: the foreach kernel (FSDP's sharded
-    parameters)."""
-    groups = [{"params": [p for p in ac.policy.parameters() if p.requires_grad], "lr": opts.lr}]
-    if ac.has_critic:
-        critic_params = [*ac.value_head.parameters()]
-        if ac.critic_trunk is not None:
-            critic_params += [p for p in ac.critic_trunk.parameters() if p.requires_grad]  # LoRA: its adapter
-        groups.append({"params": critic_params, "lr": opts.critic_lr})
-    return torch.optim.AdamW(
-        groups,
-        weight_decay=opts.weight_decay,
-        **(_fastest_adamw(device) if fused else {"foreach": True}),
-    )
-
-
-def build(cfg: PPOConfig) -> Trainer:
+def build(cfg: PPOConfig) -> Run:
     """Questions, output folder, models (policy, critic, reference, rollout backends), engine, optimizer.
-    A resumed run's weights are loaded here; the rest of its checkpoint by `ppo_checkpoint.load_checkpoint`."""
+    A resumed run's weights are loaded here; the rest of its checkpoint by `checkpoint.load_checkpoint`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ragteam.assemble.build import build_workflow
     from ragteam.assemble.folder import read_selected
     from ragteam.config import save_resolved
     from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
-    from ragteam.train.common import prepare_out_dir, resolve_init
+    from ragteam.train.run_folder import prepare_out_dir, resolve_init
     from ragteam.workflows.registry import workflow_package
 
     workflow = build_workflow(cfg)
@@ -200,7 +127,7 @@ def build(cfg: PPOConfig) -> Trainer:
         save_resolved(cfg, cfg.out, "train ppo", team=workflow_package(cfg.workflow))
     dist.barrier()
     if not dist.main:
-        from ragteam.train.common import checkpoints
+        from ragteam.train.run_folder import checkpoints
 
         resume_from = checkpoints(cfg.out)[-1] if cfg.resume else None
     if cfg.threads is not None:
@@ -245,24 +172,13 @@ def build(cfg: PPOConfig) -> Trainer:
     sync = PushToCopy(module) if shard and cfg.policy.backend == "local" else weight_sync(cfg, engine)
 
     model = wrap(ac, dist, cfg.ppo.parallel)  # before the optimizer: FSDP replaces the parameters
-    optimizer = build_optimizer(ac, cfg.ppo, device, fused=not shard)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg))
-    kl = KLController(
-        beta=cfg.ppo.kl_beta,
-        target=cfg.ppo.kl_target,
-        horizon=cfg.ppo.kl_horizon,
-        beta_min=cfg.ppo.kl_beta_min,
-        beta_max=cfg.ppo.kl_beta_max,
-        anneal_to=cfg.ppo.kl_anneal_to,
-        anneal_steps=anneal_steps(cfg),
-    )
-    trainer = Trainer(
-        cfg, Path(cfg.out), workflow, engine, tokenizer, ac, ref, optimizer, scheduler, kl,
-        questions, eval_questions, device, sync,
+    learner = Learner.create(
+        ac, ref, tokenizer, cfg.ppo, device, cfg.iterations, fused=not shard,
+        seed=cfg.seed, dist=dist, model=model, share_prefix=share_prefix, progress=cfg.progress,
     )  # fmt: skip
-    trainer.dist, trainer.model, trainer.resume_from = dist, model, resume_from
-    trainer.share_prefix = share_prefix
-    return trainer
+    run = Run(cfg, Path(cfg.out), workflow, engine, learner, questions, eval_questions, sync, dist)
+    run.resume_from = resume_from
+    return run
 
 
 def model_context(folder: str | Path) -> int | None:
@@ -333,8 +249,9 @@ def check(cfg: PPOConfig, workflow: Any = None) -> Estimator:
     - a group estimator with nothing to compare: one episode per question, and no fork for an estimator
       that compares the branches of one tree (tree_grpo, sibling); grpo, drgrpo and rloo compare whole
       episodes, so they need --rollout.group-size K >= 2 even on a forked rollout.
-    Unknown credit, estimator and loss names fail here too."""
+    Unknown credit, reward, estimator and loss names fail here too."""
     get_credit(cfg.ppo.credit)
+    get_reward(cfg.ppo.reward)
     get_policy_loss(cfg.ppo.loss)
     estimator = get_advantage(cfg.ppo.advantage)
     if cfg.rollout.temperature == 0:
@@ -367,7 +284,7 @@ def lora_policy(base: Any, cfg: PPOConfig, resume_from: Path | None) -> Any:
     """`base` with a fresh LoRA adapter (`--ppo.lora-*`), or with the adapter of the checkpoint resumed."""
     from peft import PeftModel, get_peft_model
 
-    from ragteam.train.common import lora_config
+    from ragteam.train.train_config import lora_config
 
     if resume_from is not None:
         return PeftModel.from_pretrained(base, str(resume_from / "adapter"), is_trainable=True)
@@ -382,7 +299,7 @@ def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
     from ragteam.assemble.build import build_team
     from ragteam.llm.factory import build_chat_model
     from ragteam.llm.local import LocalChatModel
-    from ragteam.train.common import resolve_init
+    from ragteam.train.run_folder import resolve_init
 
     if policy is None and cfg.policy.backend == "local":
         p = cfg.policy

@@ -1,0 +1,154 @@
+"""Rewards by name (`ragteam.metrics.rewards`): the registry, the built-in metric rewards, a reward registered
+from outside the package training a PPO run, and `eval --reward` scoring with one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import ragteam
+from ragteam.metrics import rewards
+from ragteam.rollout.tree import Node
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A copy of the registry, so a test's registrations do not outlive it."""
+    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
+    return rewards.REWARDS
+
+
+def leaf(answer: str = "a b", status: str = "ok", **scores: float) -> Node:
+    return Node(id=3, parent=2, kind="answer", answer=answer, status=status, rewards=dict(scores))
+
+
+def test_a_reward_registers_as_a_call_or_a_decorator_and_a_taken_name_is_refused(registry) -> None:
+    def words(leaf, question) -> float:
+        return float(len((leaf.answer or "").split()))
+
+    assert ragteam.register_reward("words", words) is words
+    assert ragteam.register_reward("words", words) is words  # the same function again (a re-import)
+
+    @ragteam.register_reward("half")
+    def half(leaf, question) -> float:
+        return 0.5
+
+    assert ragteam.get_reward("words")(leaf("one two three"), None) == 3.0
+    assert ragteam.get_reward("half") is half and "half" in rewards.reward_names()
+    with pytest.raises(ValueError, match="already registered"):
+        ragteam.register_reward("words", half)
+    with pytest.raises(ValueError, match=r"unknown reward 'nope'; known: .*cover_em.*f1"):
+        ragteam.get_reward("nope")
+    with pytest.raises(TypeError, match="a reward is a function"):
+        ragteam.register_reward("bad", 3)  # type: ignore[arg-type]
+
+
+def test_the_metric_rewards_read_what_the_engine_recorded() -> None:
+    f1 = rewards.get_reward("f1")
+    assert f1(leaf(f1=0.25, em=0.0), None) == 0.25
+    assert f1(leaf(status="truncated", em=0.0), None) == 0.0  # truncated without the metric: worth 0
+    with pytest.raises(KeyError, match="has no reward 'f1'"):
+        f1(leaf(em=1.0), None)  # an ok leaf without it: an error, not a silent 0
+    assert set(
+        rewards.answer_rewards(ragteam.Question(id="q", question="?", golden_answers=["a b"]), "a b")
+    ) >= {
+        "em",
+        "f1",
+        "cover_em",
+    }
+
+
+LENGTH_REWARD = '''
+import ragteam
+
+
+@ragteam.register_reward("answer-length")
+def answer_length(leaf, question):
+    """A quarter, plus a hundredth per character of the answer: nothing ragteam computes."""
+    return 0.25 + len(leaf.answer or "") / 100
+'''
+
+
+def _expected(episodes: list[dict]) -> float:
+    """The mean of `answer_length` over the answer leaves of saved episodes (a failed leaf with no metrics is
+    worth 0, as credit reads it)."""
+    values = []
+    for ep in episodes:
+        for node in ep["nodes"]:
+            if node["kind"] == "answer":
+                scored = node.get("status", "ok") == "ok" or node.get("rewards")
+                values.append(0.25 + len(node.get("answer") or "") / 100 if scored else 0.0)
+    return sum(values) / len(values)
+
+
+def test_a_reward_registered_outside_the_package_trains_a_ppo_run(
+    hotpot_small: Path, tmp_path: Path, monkeypatch, registry
+) -> None:
+    """A module written here registers `answer-length`; `train ppo --ppo.reward answer-length` trains one
+    iteration on it: the log row carries its mean over the answers, and the credited acts got its values."""
+    from test_ppo import tiny_cfg
+
+    (tmp_path / "lengthreward.py").write_text(LENGTH_REWARD, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lengthreward", raising=False)
+    import lengthreward  # noqa: F401  (registers the reward)
+
+    cfg = tiny_cfg(
+        hotpot_small,
+        tmp_path / "out",
+        iterations=1,
+        save_rollouts_every=1,
+        ppo={
+            **tiny_cfg(hotpot_small, tmp_path).ppo.model_dump(),
+            "reward": "answer-length",
+            "credit": "outcome",
+        },
+    )
+    out = ragteam.train_ppo(cfg)
+    (row,) = [json.loads(x) for x in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    episodes = [json.loads(x) for x in (out / "rollouts" / "iteration-1.jsonl").read_text().splitlines()]
+    assert row["reward"]["answer-length"] == pytest.approx(_expected(episodes))
+    assert (
+        row["reward"]["answer-length"] >= 0.25
+    )  # its values, not an answer metric's (the tiny model's F1 ~ 0)
+    assert row["credit"]["act"] >= 0.25 and row["acts"]["trained"] > 0  # `outcome` handed them to the acts
+    assert "reward: answer-length" in (out / "config.yaml").read_text(encoding="utf-8")
+
+
+def test_an_unknown_reward_fails_before_any_model_loads(hotpot_small: Path, tmp_path: Path) -> None:
+    from test_ppo import tiny_cfg
+
+    base = tiny_cfg(hotpot_small, tmp_path).ppo.model_dump()
+    with pytest.raises(ValueError, match="unknown reward 'nope'"):
+        ragteam.train_ppo(tiny_cfg(hotpot_small, tmp_path / "out", ppo={**base, "reward": "nope"}))
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_scores_with_a_registered_reward(hotpot_small: Path, tmp_path: Path, registry) -> None:
+    """`eval --reward NAME`: each prediction row and the summary carry the reward beside EM / F1 / cover-EM."""
+    ragteam.register_reward("answer-chars", lambda leaf, question: float(len(leaf.answer or "")))
+    cfg = ragteam.EvalConfig(
+        workflow="standard-rag",
+        data=str(hotpot_small),
+        out=str(tmp_path / "eval"),
+        limit=2,
+        retriever={"kind": "bm25"},
+        topk=2,
+        policy={"model": "tiny", "device": "cpu"},
+        llm={"model": "tiny", "device": "cpu"},
+        rollout={"max_tokens": 8, "llm_max_tokens": 8},
+        progress=False,
+        reward="answer-chars",
+    )
+    summary = ragteam.evaluate(cfg, log=lambda line: None)
+    rows = [json.loads(x) for x in (tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()]
+    assert [r["answer-chars"] for r in rows] == [
+        0.0 if r["failed"] else float(len(r["prediction"])) for r in rows
+    ]
+    assert summary["metrics"]["answer-chars"] == pytest.approx(
+        sum(r["answer-chars"] for r in rows) / len(rows)
+    )
+    assert {"em", "f1", "cover_em"} <= set(summary["metrics"])
