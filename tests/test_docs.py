@@ -159,14 +159,15 @@ def _parse(command: str):
     module_name = cli_main._command_from_argv(argv)
     assert module_name is not None, f"unknown command: {command}"
     module = importlib.import_module(f"ragteam.cli.{module_name}")
+    config_cls = cli_main.command_config(module.Config, argv)  # with the chosen workflow's own options
     parser = cli_main.build_parser()
-    cli_main._add_command_flags(parser, module_name, module)
+    cli_main._add_command_flags(parser, module_name, module, config_cls)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed the reason on stderr
         raise AssertionError(f"does not parse (exit {e.code}): {command}") from None
     try:
-        return config_from_args(module.Config, cli_main._strip(args))
+        return config_from_args(config_cls, cli_main._strip(args))
     except ConfigError as e:
         raise AssertionError(f"invalid config: {command}\n{e}") from None
 
@@ -174,6 +175,8 @@ def _parse(command: str):
 @pytest.mark.parametrize("guide", GUIDES)
 def test_guide_commands_parse(guide: str, monkeypatch):
     monkeypatch.chdir(ROOT)  # the guides' relative paths (a recipe file) are from the repository's root
+    if guide == "extend.md":  # its team, as installed (`pip install -e examples/search_r1`): `search-r1`
+        _install_search_r1(monkeypatch)
     page = DOCS / guide
     commands = _commands(page)
     if guide == "quickstart.md":
@@ -235,11 +238,24 @@ def test_reference_defaults_are_the_default_profiles():
 FOREIGN_FLAGS = {"--model-path", "--host", "--port"}
 
 
-def test_every_flag_named_in_the_guides_exists():
+def _install_search_r1(monkeypatch) -> type:
+    """The Search-R1 example's team under its installed name `search-r1` for this test (on sys.path and in the
+    registry, both undone after); its options class."""
+    from ragteam.workflows import registry
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "search_r1"))
+    from search_r1 import SearchR1
+
+    monkeypatch.setitem(registry._FACTORIES, "search-r1", SearchR1)
+    return SearchR1.Options
+
+
+def test_every_flag_named_in_the_guides_exists(monkeypatch):
     """A flag named anywhere in a guide (prose or code) is a flag of some ragteam command (`--X.` stands for
-    any model group)."""
+    any model group), or an option of extend.md's example team (Search-R1's `--max-turns`)."""
     ref = _cli_reference()
-    known = {"--help", "--config"}
+    team_options = _install_search_r1(monkeypatch).model_fields
+    known = {"--help", "--config", *("--" + name.replace("_", "-") for name in team_options)}
     for words in cli_main.COMMANDS:
         parser, _, _ = ref.command_parser(words)
         for action in parser._actions:

@@ -105,14 +105,15 @@ def test_searches_come_back_as_information_then_the_answer_ends_the_episode(on_p
 
 def test_the_last_turn_may_only_answer(on_path):
     from search_r1 import SearchR1
+    from search_r1.options import SearchR1Options
 
-    cfg = ragteam.WorkflowConfig(topk=1, max_steps=2)  # two searching turns, then one answer-only turn
+    cfg = SearchR1Options(topk=1, max_turns=2)  # two searching turns, then one answer-only turn
     trace = drive(SearchR1(cfg), question(), policy={"agent": "<search> again"})
     assert len(trace.acts("agent")) == 3 and trace.queries() == ["again", "again"]
     assert trace.answer.text == "" and trace.answer.info["stop"] == "max_turns"
     last_prompt = prompt_text(trace.acts("agent")[-1][0])
     assert last_prompt.count("<information>Doc") == 2 and "again</search>" in last_prompt  # the reply closed
-    assert SearchR1().max_turns == ragteam.WorkflowConfig().max_steps  # --max-steps (the recipe: 4)
+    assert SearchR1().max_turns == SearchR1Options().max_turns == 10  # --max-turns (the recipe: 4)
 
 
 # ---- built by name: module:Class and the installed entry point ------------------------------------------
@@ -155,6 +156,57 @@ def test_built_by_its_entry_point_once_installed(tmp_path, monkeypatch):
         _forget()
 
 
+# ---- its own option, --max-turns: from the command line and from Python --------------------------------
+
+
+def _command(argv: list[str]):
+    """`ragteam ...argv` resolved as the command resolves it (the parser built for the chosen workflow)."""
+    import ragteam.cli.evaluate as command
+    from ragteam.cli.main import _add_command_flags, _strip, build_parser, command_config
+    from ragteam.config import config_from_args
+
+    cls = command_config(command.Config, argv)
+    parser = build_parser()
+    _add_command_flags(parser, "evaluate", command, cls)
+    return parser, cls, (lambda: config_from_args(cls, _strip(parser.parse_args(argv))))
+
+
+def test_its_option_is_a_flag_of_the_commands_that_run_it(on_path, capsys):
+    from search_r1.options import SearchR1Options
+
+    argv = ["eval", "--workflow", TARGET, "--max-turns", "2", "--data", "d", "--out", "o"]
+    _, cls, resolve = _command(argv)
+    cfg = resolve()
+    assert cfg.max_turns == 2 and ragteam.build_workflow(cfg.workflow, cfg.workflow_config()).max_turns == 2
+    assert isinstance(cfg.workflow_config(), SearchR1Options)
+    parser, _, _ = _command(["eval", "--workflow", TARGET])
+    assert "--max-turns" in _subcommand_help(parser, "eval")  # `--help` with the workflow lists it
+    _, other, resolve_other = _command(
+        ["eval", "--workflow", "c3po", "--max-turns", "2", "--data", "d", "--out", "o"]
+    )
+    assert "max_turns" not in other.model_fields  # another team has no such option
+    with pytest.raises(SystemExit):
+        resolve_other()
+    assert "unrecognized arguments: --max-turns" in capsys.readouterr().err
+
+
+def _subcommand_help(parser, name: str) -> str:
+    action = next(a for a in parser._subparsers._group_actions)
+    return action.choices[name].format_help()
+
+
+def test_its_option_from_python_and_from_a_recipe(on_path, tmp_path):
+    cfg = ragteam.EvalConfig.for_workflow(TARGET)(workflow=TARGET, max_turns=3, data="d", out="o")
+    assert ragteam.build_workflow(TARGET, cfg.workflow_config()).max_turns == 3
+    ppo = ragteam.PPOConfig.for_workflow(TARGET)(
+        workflow=TARGET, recipe=str(EXAMPLE / "search-r1.yaml"), data="d", out="o"
+    )
+    assert ppo.max_turns == 4 and ppo.ppo.reward == "em"  # the recipe's value of the team's option
+    from ragteam.precedence import sources_of
+
+    assert sources_of(ppo)["max_turns"] == "recipe"
+
+
 # ---- evaluated and trained with the tiny model -------------------------------------------------------------
 
 
@@ -163,14 +215,14 @@ def _team(hotpot_small: Path) -> dict:
         workflow=TARGET,
         data=str(hotpot_small),
         topk=2,
-        max_steps=2,
+        max_turns=2,  # the team's own option
         retriever={"kind": "bm25"},
         progress=False,
     )
 
 
 def test_evaluated_on_a_few_questions(on_path, hotpot_small, tmp_path):
-    cfg = ragteam.EvalConfig(
+    cfg = ragteam.EvalConfig.for_workflow(TARGET)(
         **_team(hotpot_small),
         limit=3,
         out=str(tmp_path / "eval"),
@@ -186,7 +238,7 @@ def test_evaluated_on_a_few_questions(on_path, hotpot_small, tmp_path):
 @pytest.mark.parametrize("advantage", ["gae", "grpo"])
 def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
     tokens = 8192  # the tiny model's byte-level BPE makes long prompts
-    cfg = ragteam.PPOConfig(
+    cfg = ragteam.PPOConfig.for_workflow(TARGET)(
         **_team(hotpot_small),
         recipe=str(EXAMPLE / "search-r1.yaml"),
         out=str(tmp_path / "ppo"),

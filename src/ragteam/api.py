@@ -7,8 +7,10 @@
     cfg = ragteam.load_config(ragteam.PPOConfig, "ppo.yaml", {"iterations": 2})   # a --config file
     policy = ragteam.train_ppo(cfg)                       # the folder of the trained policy
 
-Each config class is the command's own (`ragteam.cli.<command>.Config`: the same fields, defaults, profiles,
-recipes and presets as its flags; `load_config` reads the YAML a `--config` file holds), and each function
+Each config class is the library's class the command resolves its flags into (`EvalConfig`, `CollectConfig`,
+`PPOConfig`; the trainers' still `ragteam.cli.<command>.Config`): the same fields, defaults, profiles, recipes
+and presets as its flags, resolved the same way (`ragteam.config.resolve`; `load_config` reads the YAML a
+`--config` file holds; `EvalConfig.for_workflow(name)` adds a team's own options), and each function
 is the one the command runs, without the terminal around it: no exit codes, no messages on Ctrl-C (the
 KeyboardInterrupt reaches the caller), errors raised (a ValueError says what is wrong with the input). Like
 the command, each points the library caches under `$RAGTEAM_HOME` and runs offline (`setup_caches`) and
@@ -23,27 +25,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ragteam.cli.collect import Config as CollectConfig
-from ragteam.cli.evaluate import Config as EvalConfig
-from ragteam.cli.train_prm import Config as PRMTrainConfig
 from ragteam.cli.train_dpo import Config as DPOConfig
-from ragteam.cli.train_ppo import Config as PPOConfig
+from ragteam.cli.train_prm import Config as PRMTrainConfig
 from ragteam.cli.train_sft import Config as SFTConfig
+from ragteam.collect.config import CollectConfig
 from ragteam.config import load_config, quiet_own_notices, setup_caches
+from ragteam.eval.run import EvalConfig
+from ragteam.train.ppo_config import PPOConfig
 
 __all__ = [
     "CollectConfig",
-    "PRMTrainConfig",
     "DPOConfig",
     "EvalConfig",
     "PPOConfig",
+    "PRMTrainConfig",
     "SFTConfig",
     "collect",
     "evaluate",
     "load_config",
-    "train_prm",
     "train_dpo",
     "train_ppo",
+    "train_prm",
     "train_sft",
 ]
 

@@ -8,8 +8,8 @@ Each turn the policy (role `agent`) writes a reply; its first tag decides:
   `<information>` block (an observation: prompt tokens, never trained);
 - neither: the next prompt carries the invalid-action note.
 
-After `max_turns` searching turns (`--max-steps N`; the recipe's 4 is the paper's budget), one last turn may
-only answer: a search there is not run and the episode ends with no answer (Search-R1's final rollout without
+After `max_turns` searching turns (`--max-turns N`, the team's own option, `options.py`; the recipe's 4 is
+the paper's budget), one last turn may only answer: a search there is not run and the episode ends with no answer (Search-R1's final rollout without
 the search engine). The documents of every turn are the role's `docs` field, so an over-long prompt drops the
 lowest-ranked hits of the longest search first.
 
@@ -33,6 +33,7 @@ from ragteam import (
     WorkflowConfig,
 )
 from search_r1 import prompts
+from search_r1.options import SearchR1Options
 from search_r1.parsers import parse_reply, write_reply
 
 AGENT = Role(
@@ -52,10 +53,11 @@ class SearchR1(Workflow):
     name = "search-r1"
     roles = (AGENT,)
     needs = frozenset({"policy", "retriever"})
+    Options = SearchR1Options  # its own options: every command running the team takes `--max-turns`
 
     def __init__(self, cfg: WorkflowConfig | None = None, max_turns: int | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
-        self.max_turns = max_turns if max_turns is not None else self.cfg.max_steps  # --max-steps
+        self.cfg = cfg if isinstance(cfg, SearchR1Options) else SearchR1Options(**dict(cfg or {}))
+        self.max_turns = max_turns if max_turns is not None else self.cfg.max_turns  # --max-turns
 
     def run(self, question: Question) -> EpisodeGenerator:
         replies: list[str] = []

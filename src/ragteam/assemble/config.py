@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Self
 
 from pydantic import Field
 
@@ -21,7 +22,7 @@ from ragteam.llm.prm import PRMConfig
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.registry import workflow_help
+from ragteam.workflows.registry import with_options, workflow_help, workflow_options
 
 CORPUS_HELP = (
     "what to retrieve from (ragteam.assemble.corpus): distractor (the run's questions' own paragraphs, gold "
@@ -57,12 +58,24 @@ class TeamConfig(WorkflowConfig):
         default_factory=RolloutConfig, description="decoding, seeds, forks, keep-one-of-N and budgets"
     )
     prm: PRMConfig = Field(
-        default_factory=PRMConfig, description="the process reward model that scores candidates (--rollout.best-of.*)"
+        default_factory=PRMConfig,
+        description="the process reward model that scores candidates (--rollout.best-of.*)",
     )
 
+    @classmethod
+    def for_workflow(cls, name: str) -> type[Self]:
+        """This config class with the options team `name` declares of its own (its Workflow's `Options`), as
+        flat fields: `EvalConfig.for_workflow("search-r1")(workflow="search-r1", max_turns=2, ...)`, what the
+        command builds from `--workflow search-r1 --max-turns 2`."""
+        return with_options(cls, name)
+
     def workflow_config(self) -> WorkflowConfig:
-        """The workflow options alone, as the workflow's constructor takes them."""
-        return WorkflowConfig(**{name: getattr(self, name) for name in WorkflowConfig.model_fields})
+        """The workflow options alone, as the workflow's constructor takes them (its own options class; those
+        this config lacks, built without `for_workflow`, at their defaults)."""
+        options = workflow_options(self.workflow)
+        return options(
+            **{name: getattr(self, name) for name in options.model_fields if name in type(self).model_fields}
+        )
 
 
 class JudgeConfig(Config):

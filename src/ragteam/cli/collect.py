@@ -19,12 +19,12 @@ import sys
 
 from ragteam.collect.config import CollectConfig
 
+Config = CollectConfig
+"""Collect training rows: SFT by rejection sampling / MMOA-RAG heuristics, or RAG-Gym process pairs (the
+library's config, `ragteam.CollectConfig`)."""
 
-class Config(CollectConfig):
-    """Collect training rows: SFT by rejection sampling / MMOA-RAG heuristics, or RAG-Gym process pairs."""
 
-
-def run(cfg: Config) -> int:
+def run(cfg: CollectConfig) -> int:
     from ragteam.collect.run import run_collect
     from ragteam.outdir import run_lock
 

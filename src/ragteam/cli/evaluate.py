@@ -18,12 +18,12 @@ import sys
 
 from ragteam.eval.run import EvalConfig, run_eval
 
+Config = EvalConfig
+"""Evaluate one workflow on a benchmark file: EM, F1, cover-EM (MC accuracy, judge) and statistics (the
+library's config, `ragteam.EvalConfig`)."""
 
-class Config(EvalConfig):
-    """Evaluate one workflow on a benchmark file: EM, F1, cover-EM (MC accuracy, judge) and statistics."""
 
-
-def run(cfg: Config) -> int:
+def run(cfg: EvalConfig) -> int:
     from ragteam.outdir import run_lock
 
     try:

@@ -9,7 +9,18 @@ import argparse
 import importlib
 import sys
 
-from ragteam.config import ConfigError, add_config_arguments, config_from_args, quiet_libraries, setup_caches
+import yaml
+
+from ragteam.config import (
+    Config,
+    ConfigError,
+    add_config_arguments,
+    config_from_args,
+    quiet_libraries,
+    read_yaml,
+    setup_caches,
+)
+from ragteam.precedence import layered
 
 # command words -> (module under ragteam.cli, one-line summary)
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
@@ -68,11 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # prints the help or the usage error
         return 2
     module = importlib.import_module(f"ragteam.cli.{module_name}")
-    _add_command_flags(parser, module_name, module)
+    config_cls = command_config(module.Config, argv)
+    _add_command_flags(parser, module_name, module, config_cls)
     args = parser.parse_args(argv)
     setup_caches()
     try:
-        cfg = config_from_args(module.Config, _strip(args))
+        cfg = config_from_args(config_cls, _strip(args))
     except ConfigError as e:
         print(f"ragteam: {e}", file=sys.stderr)
         return 2
@@ -121,20 +133,44 @@ def _command_from_argv(argv: list[str]) -> str | None:
     return None
 
 
-def _add_command_flags(parser: argparse.ArgumentParser, module_name: str, module) -> None:
+def command_config(cls: type[Config], argv: list[str]) -> type[Config]:
+    """The command's config class with the options of the workflow it runs: the `--workflow` flag, else
+    the `--config` file's, else the recipe's (`train ppo --recipe`), else the default; so `--max-turns` is a
+    flag of `--workflow search-r1` alone, and `--help` with a workflow lists its options. Found before the
+    parser is built; a file or recipe that does not read leaves `cls` (resolving reports the problem)."""
+    if "workflow" not in cls.model_fields or not hasattr(cls, "for_workflow"):
+        return cls
+    early = argparse.ArgumentParser(add_help=False)
+    for flag in ("--workflow", "--config", "--recipe"):
+        early.add_argument(flag)
+    known, _ = early.parse_known_args(argv)
+    flags = {k: v for k, v in vars(known).items() if v is not None and k != "config"}
+    try:
+        data = read_yaml(known.config) if known.config else {}
+        given = [("file", data if isinstance(data, dict) else {}), ("flag", flags)]
+        workflow = layered(cls, given)[0].get("workflow", cls.model_fields["workflow"].default)
+    except (ConfigError, OSError, yaml.YAMLError):
+        return cls
+    return cls.for_workflow(workflow) if isinstance(workflow, str) else cls
+
+
+def _add_command_flags(
+    parser: argparse.ArgumentParser, module_name: str, module, config_cls: type[Config] | None = None
+) -> None:
+    """Add the flags of the command's config (`config_cls`, else the module's `Config`) to its parser."""
     for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
         for choice in action.choices.values():
-            _add_to_matching(choice, module_name, module)
+            _add_to_matching(choice, module_name, config_cls or module.Config)
 
 
-def _add_to_matching(p: argparse.ArgumentParser, module_name: str, module) -> None:
+def _add_to_matching(p: argparse.ArgumentParser, module_name: str, config_cls: type[Config]) -> None:
     if p.get_default("_module") == module_name:
-        add_config_arguments(p, module.Config)
+        add_config_arguments(p, config_cls)
         return
     if p._subparsers is not None:
         for action in p._subparsers._group_actions:
             for choice in action.choices.values():
-                _add_to_matching(choice, module_name, module)
+                _add_to_matching(choice, module_name, config_cls)
 
 
 def _strip(args: argparse.Namespace) -> argparse.Namespace:

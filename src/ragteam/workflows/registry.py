@@ -22,7 +22,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeAlias, TypeVar
 
@@ -43,13 +43,16 @@ __all__ = [
     "register_workflow",
     "workflow_help",
     "workflow_names",
+    "workflow_options",
     "workflow_package",
+    "with_options",
 ]
 
 WorkflowFactory: TypeAlias = Callable[[WorkflowConfig], Workflow]
 """What a name builds from: called with the run's workflow options, returns the configured workflow."""
 
 F = TypeVar("F", bound=WorkflowFactory)
+C = TypeVar("C", bound=WorkflowConfig)
 
 ENTRY_POINT_GROUP = "ragteam.workflows"
 """The entry-point group an installed package declares its teams in (name = "package.module:Factory")."""
@@ -128,9 +131,44 @@ def workflow_package(name: str) -> dict[str, str | None] | None:
     return {"module": module, "package": None, "version": None, "file": file}
 
 
+def workflow_options(name: str) -> type[WorkflowConfig]:
+    """The options class the team `name` declares (the `Options` attribute of its Workflow class: a
+    `WorkflowConfig` subclass with fields of its own, such as Search-R1's `max_turns`), else `WorkflowConfig`;
+    also for a name that resolves to nothing (building it reports that)."""
+    try:
+        factory = _factory(name)
+    except ValueError:
+        return WorkflowConfig
+    options = getattr(getattr(factory, "func", factory), "Options", None)
+    return options if isinstance(options, type) and issubclass(options, WorkflowConfig) else WorkflowConfig
+
+
+def with_options(cls: type[C], name: str) -> type[C]:
+    """A command's config class `cls` with the options team `name` declares (`workflow_options`), flat, as
+    the command's flags (`--max-turns`); `cls` itself when the team declares none it lacks."""
+    options = workflow_options(name)
+    return cls if set(options.model_fields) <= set(cls.model_fields) else _combined(cls, options)
+
+
+@cache
+def _combined(cls: type[C], options: type[WorkflowConfig]) -> type[C]:
+    attrs = {"__module__": cls.__module__, "__doc__": cls.__doc__, "__reduce__": _reduce}
+    return type(cls.__name__, (cls, options), attrs)
+
+
+def _reduce(cfg: WorkflowConfig) -> tuple:
+    """How a config of a combined class pickles: by its two classes and its values."""
+    base, options = type(cfg).__bases__
+    return _rebuilt, (base, options, cfg.model_dump())
+
+
+def _rebuilt(base: type[C], options: type[WorkflowConfig], values: dict) -> C:
+    return _combined(base, options).model_validate(values)
+
+
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
     """The workflow called `name`, configured by `cfg`; a one-line ValueError naming what failed otherwise."""
-    cfg = with_profile(cfg if cfg is not None else WorkflowConfig(), name)
+    cfg = with_profile(cfg if cfg is not None else workflow_options(name)(), name)
     workflow = _factory(name)(cfg)
     if not isinstance(workflow, Workflow):
         raise ValueError(
@@ -212,6 +250,6 @@ def with_profile(cfg: WorkflowConfig, name: str) -> WorkflowConfig:
     already (its profile layer knows the workflow); a bare `WorkflowConfig(profile="paper")` built in code
     names no workflow, so they are layered here, by the same resolver."""
     given = cfg.model_dump(exclude_unset=True)
-    profile = only_fields(WorkflowConfig, profiles.values(cfg.profile, name))
+    profile = only_fields(type(cfg), profiles.values(cfg.profile, name))
     merged, _ = merge_layers([("profile", profile), ("code", given)])
-    return WorkflowConfig.model_validate(merged) if merged != given else cfg
+    return type(cfg).model_validate(merged) if merged != given else cfg
