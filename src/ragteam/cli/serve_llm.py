@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
+from ragteam.llm.config import ModelConfig
 from ragteam.serve.guard import MAX_WAIT_MS
 from ragteam.serve.listen import ServerConfig
 
@@ -70,24 +71,29 @@ class Config(ServerConfig):
     )
 
 
+def model_config(cfg: Config) -> ModelConfig:
+    """The local model `serve llm` serves, as every command's model is described (`ModelConfig`), so it is
+    built by the one model builder (`build_chat_model`). The flat flags (`--model`, `--device`, ...) stay
+    serve llm's own spelling."""
+    return ModelConfig(
+        backend="local",
+        model=cfg.model,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        lora=cfg.lora,
+        threads=cfg.threads,
+        max_batch_size=cfg.max_batch_size,
+    )
+
+
 def run(cfg: Config) -> int:
-    from ragteam.llm.local import LocalChatModel
+    from ragteam.llm.factory import build_chat_model
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve
     from ragteam.serve.llm import make_app
 
-    if cfg.threads is not None:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
-    model = LocalChatModel(
-        cfg.model,
-        device=cfg.device,
-        dtype=cfg.dtype,
-        lora=cfg.lora,
-        max_batch_size=cfg.max_batch_size,
-        max_batch_tokens=cfg.max_batch_tokens,
-        prefill_chunk=cfg.prefill_chunk,
+    model: Any = build_chat_model(
+        model_config(cfg), max_batch_tokens=cfg.max_batch_tokens, prefill_chunk=cfg.prefill_chunk
     )
     name = cfg.served_name or model.name
     app = make_app(

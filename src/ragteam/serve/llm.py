@@ -72,6 +72,7 @@ import os
 import stat
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -90,7 +91,7 @@ from ragteam.serve.guard import (
 from ragteam.serve.llm_logprobs import TopK, choice_logprobs, top_k_scorer
 from ragteam.serve.llm_prompt import PromptGuard
 from ragteam.serve.llm_request import ChatCompletionBody, forced_prefix, structured_output
-from ragteam.serve.openai_api import openai_app, openai_error, read_openai_body
+from ragteam.serve.openai_api import models, openai_app, openai_error, read_openai_body
 
 
 class Batcher(RequestBatcher[ChatRequest]):
@@ -190,6 +191,23 @@ async def _load_weights(model: ChatModel, served_name: str, data: Any) -> JSONRe
     return JSONResponse({"status": "ok", "model": served_name, "tensors": count, "path": path})
 
 
+@dataclass
+class LLMServer:
+    """What the routes of one LLM server read (`app.state.server`): the model, its batcher and the limits."""
+
+    model: ChatModel
+    served_name: str
+    batcher: Batcher
+    max_n: int
+    max_tokens_limit: int
+    default_max_tokens: int
+    max_body_bytes: int
+    read_timeout: float
+    tokenizer: Any  # names the tokens of `logprobs`; a bare ChatModel has none
+    scorer: Any  # top_logprobs > 0: a forward pass over the local model; None otherwise
+    guard: PromptGuard | None  # a prompt too long for the context: refused before the model thread
+
+
 def make_app(
     model: ChatModel,
     served_name: str,
@@ -215,165 +233,195 @@ def make_app(
     """
     check_read_timeout(read_timeout)
     batcher = Batcher(model, max_batch_size or int(getattr(model, "max_batch_size", 32)), batch_wait_ms)
-    created = int(time.time())
-    tokenizer = getattr(model, "tokenizer", None)  # names the tokens of `logprobs`; a bare ChatModel has none
-    scorer = top_k_scorer(model)  # top_logprobs > 0: a forward pass over the local model; None otherwise
-    guard = PromptGuard.for_model(model)  # a prompt too long for the context: refused before the model thread
-
     app = openai_app(f"ragteam LLM server: {served_name}", batcher, served_name, docs, api_key)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "model": served_name,
-            "requests": batcher.requests,
-            "cancelled": batcher.cancelled,
-            "batches": batcher.batches,
-            "max_batch_seen": batcher.max_batch_seen,
-            "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
-            "max_batch_tokens": getattr(model, "max_batch_tokens", None),  # the decoder's budget; None: none
-            "prompt_guard": guard and {"tokenized": guard.tokenized, "refused": guard.refused},
-        }
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": served_name, "object": "model", "created": created, "owned_by": "ragteam"}],
-        }
-
+    app.state.server = LLMServer(
+        model,
+        served_name,
+        batcher,
+        max_n,
+        max_tokens_limit,
+        default_max_tokens,
+        max_body_bytes,
+        read_timeout,
+        getattr(model, "tokenizer", None),
+        top_k_scorer(model),
+        PromptGuard.for_model(model),
+    )
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/models", models, methods=["GET"])
     if allow_weight_updates:
-
-        @app.post("/v1/load_weights")
-        async def load_weights(request: Request) -> JSONResponse:
-            try:
-                data = loads_json(await read_body(request, 65_536, read_timeout))
-            except BodyError as e:
-                return openai_error(e.status, e.message)
-            except RecursionError:
-                return openai_error(400, "request body is not valid JSON: nested too deeply")
-            except (ValueError, UnicodeDecodeError) as e:
-                return openai_error(400, f"request body is not valid JSON: {e}")
-            return await _load_weights(model, served_name, data)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> JSONResponse:
-        body = await read_openai_body(request, ChatCompletionBody, served_name, max_body_bytes, read_timeout)
-        if isinstance(body, JSONResponse):
-            return body
-        if body.stream:
-            return openai_error(400, "stream=true is not supported by this server", param="stream")
-        if body.n > max_n:
-            return openai_error(400, f"n must be between 1 and {max_n}, got {body.n}", param="n")
-        max_tokens = body.max_completion_tokens or body.max_tokens or default_max_tokens
-        if max_tokens > max_tokens_limit:
-            return openai_error(
-                400,
-                f"max_tokens must be between 1 and {max_tokens_limit}, got {max_tokens}",
-                param="max_tokens",
-            )
-        top_k = body.top_logprobs or 0
-        if top_k and not body.logprobs:  # as OpenAI and vLLM
-            return openai_error(
-                400,
-                "top_logprobs needs logprobs: true (when using top_logprobs, set logprobs)",
-                param="top_logprobs",
-            )
-        if top_k and scorer is None:
-            return openai_error(
-                400,
-                f"top_logprobs > 0 is not supported by this server's backend ({type(model).__name__}); "
-                "only 0",
-                param="top_logprobs",
-            )
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        for i, m in enumerate(messages):
-            try:
-                m["content"].encode("utf-8")
-            except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but no text a tokenizer can read
-                return openai_error(
-                    400,
-                    f"messages[{i}].content is not valid Unicode text ({e.reason} at character {e.start})",
-                    param=f"messages.{i}.content",
-                )
-        prefix = forced_prefix(body, messages)
-        if isinstance(prefix, JSONResponse):
-            return prefix
-        if guard is not None and (long := await guard.problem([m["content"] for m in messages] + [prefix])):
-            return openai_error(400, f"cannot serve this request: {long}", param="messages")
-        constraint = structured_output(body, model)
-        if isinstance(constraint, JSONResponse):
-            return constraint
-        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-        sampling = Sampling(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            n=body.n,
-            seed=body.seed,
-        )
-        chat_request = ChatRequest(
-            messages=messages,  # type: ignore[arg-type]
-            sampling=sampling,
-            prefix=prefix,
-            sample_after_prefix=body.sample_after_prefix,
-            constraint=constraint,
-        )
-        try:
-            result = await until_disconnect(request, batcher.submit(chat_request))
-        except ClientGone:  # nobody reads this; the generation was dropped or stopped
-            return openai_error(499, "the client closed the request", "client_closed_request")
-        if isinstance(result, ModelError):
-            if result.too_large:  # ran out of memory alone: the message names its size and the batch budget
-                return openai_error(413, f"cannot serve this request: {result}", param="messages")
-            if result.bad_request:  # e.g. a prompt longer than the context: the client's to fix
-                return openai_error(400, f"cannot serve this request: {result}", param="messages")
-            return openai_error(500, f"generation failed: {result}", "server_error")
-        tops: list[TopK] | list[None] = [None] * len(result)
-        prompt_ids = result[0].prompt_ids if result else None
-        if top_k and prompt_ids and all(c.completion_ids is not None for c in result):
-            try:
-                tops = await asyncio.to_thread(
-                    scorer, list(prompt_ids), [list(c.completion_ids or []) for c in result], top_k
-                )
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory: this request fails, the server goes on
-                return openai_error(500, f"top_logprobs failed: {type(e).__name__}: {e}", "server_error")
-        choices = []
-        for i, c in enumerate(result):
-            choice: dict[str, Any] = {
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "finish_reason": c.finish_reason,
-                "logprobs": None,
-                "forced_tokens": c.forced_tokens,
-            }
-            if body.logprobs:
-                choice["logprobs"] = choice_logprobs(
-                    c, tokenizer, bool(body.return_tokens_as_token_ids), tops[i]
-                )
-            if body.return_token_ids:
-                choice["token_ids"] = c.completion_ids
-            if c.constraint is not None:  # what masked it: the whitelist its log-probs are renormalized over
-                choice["constraint"] = c.constraint
-            choices.append(choice)
-        prompt_tokens = result[0].prompt_tokens if result else 0
-        completion_tokens = sum(c.completion_tokens for c in result)
-        response: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": served_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-        if body.return_token_ids:
-            response["prompt_token_ids"] = result[0].prompt_ids if result else None
-        return JSONResponse(response)
-
+        app.add_api_route("/v1/load_weights", load_weights, methods=["POST"])
+    app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
     return app
+
+
+# ---- the routes: each reads its server from `request.app.state.server` ------------------------------------
+
+
+async def health(request: Request) -> dict[str, Any]:
+    """`GET /health`: the batching counters and the decoder's token budget."""
+    s: LLMServer = request.app.state.server
+    batcher, guard = s.batcher, s.guard
+    return {
+        "status": "ok",
+        "model": s.served_name,
+        "requests": batcher.requests,
+        "cancelled": batcher.cancelled,
+        "batches": batcher.batches,
+        "max_batch_seen": batcher.max_batch_seen,
+        "batch_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
+        "max_batch_tokens": getattr(s.model, "max_batch_tokens", None),  # the decoder's budget; None: none
+        "prompt_guard": guard and {"tokenized": guard.tokenized, "refused": guard.refused},
+    }
+
+
+async def load_weights(request: Request) -> JSONResponse:
+    """`POST /v1/load_weights` (only with `allow_weight_updates`): `_load_weights` on the JSON body."""
+    s: LLMServer = request.app.state.server
+    try:
+        data = loads_json(await read_body(request, 65_536, s.read_timeout))
+    except BodyError as e:
+        return openai_error(e.status, e.message)
+    except RecursionError:
+        return openai_error(400, "request body is not valid JSON: nested too deeply")
+    except (ValueError, UnicodeDecodeError) as e:
+        return openai_error(400, f"request body is not valid JSON: {e}")
+    return await _load_weights(s.model, s.served_name, data)
+
+
+async def chat_completions(request: Request) -> JSONResponse:
+    """`POST /v1/chat/completions`: the body checked (`_chat_request`), batched with the other requests,
+    answered in OpenAI's shape (`_completion`)."""
+    s: LLMServer = request.app.state.server
+    body = await read_openai_body(
+        request, ChatCompletionBody, s.served_name, s.max_body_bytes, s.read_timeout
+    )
+    if isinstance(body, JSONResponse):
+        return body
+    chat_request = await _chat_request(s, body)
+    if isinstance(chat_request, JSONResponse):
+        return chat_request
+    try:
+        result = await until_disconnect(request, s.batcher.submit(chat_request))
+    except ClientGone:  # nobody reads this; the generation was dropped or stopped
+        return openai_error(499, "the client closed the request", "client_closed_request")
+    if isinstance(result, ModelError):
+        if result.too_large:  # ran out of memory alone: the message names its size and the batch budget
+            return openai_error(413, f"cannot serve this request: {result}", param="messages")
+        if result.bad_request:  # e.g. a prompt longer than the context: the client's to fix
+            return openai_error(400, f"cannot serve this request: {result}", param="messages")
+        return openai_error(500, f"generation failed: {result}", "server_error")
+    tops: list[TopK] | list[None] = [None] * len(result)
+    top_k = body.top_logprobs or 0
+    prompt_ids = result[0].prompt_ids if result else None
+    if top_k and prompt_ids and all(c.completion_ids is not None for c in result):
+        try:
+            tops = await asyncio.to_thread(
+                s.scorer, list(prompt_ids), [list(c.completion_ids or []) for c in result], top_k
+            )
+        except Exception as e:  # noqa: BLE001 - e.g. out of memory: this request fails, the server goes on
+            return openai_error(500, f"top_logprobs failed: {type(e).__name__}: {e}", "server_error")
+    return JSONResponse(_completion(s, body, result, tops))
+
+
+async def _chat_request(s: LLMServer, body: ChatCompletionBody) -> ChatRequest | JSONResponse:
+    """The `ChatRequest` a checked body asks for, or the 400 naming what this server cannot serve."""
+    if body.stream:
+        return openai_error(400, "stream=true is not supported by this server", param="stream")
+    if body.n > s.max_n:
+        return openai_error(400, f"n must be between 1 and {s.max_n}, got {body.n}", param="n")
+    max_tokens = body.max_completion_tokens or body.max_tokens or s.default_max_tokens
+    if max_tokens > s.max_tokens_limit:
+        return openai_error(
+            400,
+            f"max_tokens must be between 1 and {s.max_tokens_limit}, got {max_tokens}",
+            param="max_tokens",
+        )
+    top_k = body.top_logprobs or 0
+    if top_k and not body.logprobs:  # as OpenAI and vLLM
+        return openai_error(
+            400,
+            "top_logprobs needs logprobs: true (when using top_logprobs, set logprobs)",
+            param="top_logprobs",
+        )
+    if top_k and s.scorer is None:
+        return openai_error(
+            400,
+            f"top_logprobs > 0 is not supported by this server's backend ({type(s.model).__name__}); only 0",
+            param="top_logprobs",
+        )
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    for i, m in enumerate(messages):
+        try:
+            m["content"].encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: valid JSON, but no text a tokenizer can read
+            return openai_error(
+                400,
+                f"messages[{i}].content is not valid Unicode text ({e.reason} at character {e.start})",
+                param=f"messages.{i}.content",
+            )
+    prefix = forced_prefix(body, messages)
+    if isinstance(prefix, JSONResponse):
+        return prefix
+    if s.guard is not None and (long := await s.guard.problem([m["content"] for m in messages] + [prefix])):
+        return openai_error(400, f"cannot serve this request: {long}", param="messages")
+    constraint = structured_output(body, s.model)
+    if isinstance(constraint, JSONResponse):
+        return constraint
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    sampling = Sampling(
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=max_tokens,
+        stop=stop,
+        n=body.n,
+        seed=body.seed,
+    )
+    return ChatRequest(
+        messages=messages,  # type: ignore[arg-type]
+        sampling=sampling,
+        prefix=prefix,
+        sample_after_prefix=body.sample_after_prefix,
+        constraint=constraint,
+    )
+
+
+def _completion(
+    s: LLMServer, body: ChatCompletionBody, result: list[Any], tops: list[TopK] | list[None]
+) -> dict[str, Any]:
+    """OpenAI's `chat.completion` object for the choices the model returned (and vLLM's token-id fields)."""
+    choices = []
+    for i, c in enumerate(result):
+        choice: dict[str, Any] = {
+            "index": i,
+            "message": {"role": "assistant", "content": c.text},
+            "finish_reason": c.finish_reason,
+            "logprobs": None,
+            "forced_tokens": c.forced_tokens,
+        }
+        if body.logprobs:
+            choice["logprobs"] = choice_logprobs(
+                c, s.tokenizer, bool(body.return_tokens_as_token_ids), tops[i]
+            )
+        if body.return_token_ids:
+            choice["token_ids"] = c.completion_ids
+        if c.constraint is not None:  # what masked it: the whitelist its log-probs are renormalized over
+            choice["constraint"] = c.constraint
+        choices.append(choice)
+    prompt_tokens = result[0].prompt_tokens if result else 0
+    completion_tokens = sum(c.completion_tokens for c in result)
+    response: dict[str, Any] = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": s.served_name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    if body.return_token_ids:
+        response["prompt_token_ids"] = result[0].prompt_ids if result else None
+    return response

@@ -1,9 +1,13 @@
 """What both OpenAI-shaped servers (`serve llm`, `serve team`) share: OpenAI's error body, reading a
-request body into a pydantic model with a 4xx naming what is wrong, and the FastAPI app they start from."""
+request body into a pydantic model with a 4xx naming what is wrong, the FastAPI app they start from and its
+`GET /v1/models` route."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+from fastapi import Request
 
 from ragteam.serve.batcher import RequestBatcher, lifespan_of
 from ragteam.serve.guard import BearerAuth, BigNumber, BodyError, encodable, loads_json, read_body
@@ -82,7 +86,7 @@ def openai_app(title: str, batcher: RequestBatcher, served_name: str, docs: bool
     """The FastAPI app both OpenAI-shaped servers (`serve llm`, `serve team`) start from: its lifespan runs
     `batcher.run()` (the loop that gathers requests into batches) and cancels it at shutdown, the interactive
     docs only when asked for, and, with an API key, `Authorization: Bearer` checked before any route with
-    OpenAI's 401 body. The caller adds its routes."""
+    OpenAI's 401 body. The caller adds its routes (`models` among them)."""
     from fastapi import FastAPI
 
     app = FastAPI(
@@ -94,6 +98,7 @@ def openai_app(title: str, batcher: RequestBatcher, served_name: str, docs: bool
     )
     app.state.batcher = batcher
     app.state.served_name = served_name
+    app.state.created = int(time.time())
     app.state.api_key_required = bool(api_key)
     if api_key:
         app.add_middleware(
@@ -102,3 +107,14 @@ def openai_app(title: str, batcher: RequestBatcher, served_name: str, docs: bool
             error=lambda message: openai_error_body(401, message, "invalid_api_key"),
         )
     return app
+
+
+async def models(request: Request) -> dict[str, Any]:
+    """`GET /v1/models`: the one model this server serves (`app.state.served_name`), as OpenAI lists models."""
+    state = request.app.state
+    return {
+        "object": "list",
+        "data": [
+            {"id": state.served_name, "object": "model", "created": state.created, "owned_by": "ragteam"}
+        ],
+    }

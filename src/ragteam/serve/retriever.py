@@ -166,6 +166,16 @@ class MicroBatcher(RequestBatcher[tuple[list[str], int]]):
             start += len(own)
 
 
+@dataclass
+class RetrieverServer:
+    """What the routes of one retriever server read (`app.state.server`)."""
+
+    retriever: Retriever
+    limits: Limits
+    batcher: MicroBatcher
+    read_timeout: float
+
+
 def make_app(
     retriever: Retriever,
     limits: Limits | None = None,
@@ -180,10 +190,8 @@ def make_app(
     With `api_key`, every route but /health answers 401 unless the request carries `Authorization: Bearer
     KEY`. FastAPI's /docs, /redoc and /openapi.json are off unless `docs`: they describe the service to
     whoever finds the port. A body must arrive within `read_timeout` seconds (408 otherwise)."""
-    limits = limits or Limits()
     check_read_timeout(read_timeout)
     batcher = MicroBatcher(retriever, window_ms=batch_window_ms, max_batch=max_batch)
-
     app = FastAPI(
         title="ragteam retriever",
         lifespan=lifespan_of(batcher),
@@ -193,63 +201,76 @@ def make_app(
     )
     app.state.batcher = batcher
     app.state.api_key_required = bool(api_key)
+    app.state.server = RetrieverServer(retriever, limits or Limits(), batcher, read_timeout)
     if api_key:
         app.add_middleware(BearerAuth, key=api_key, error=lambda message: {"error": message})
-
-    def _refusal(exc: RequestError) -> JSONResponse:
-        body = {"error": exc.message}
-        if exc.field:
-            body["field"] = exc.field
-        return JSONResponse(body, status_code=exc.status)
-
-    @app.exception_handler(RequestError)
-    async def _refused(request: Request, exc: RequestError) -> JSONResponse:
-        return _refusal(exc)
-
-    @app.exception_handler(Exception)
-    async def _failed(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"retrieval failed: {type(exc).__name__}: {exc}"}, status_code=500)
-
-    @app.post("/retrieve")
-    async def retrieve(request: Request) -> JSONResponse:
-        try:
-            return await _retrieve(request)
-        except RequestError as e:
-            return _refusal(e)
-        except Exception as e:  # noqa: BLE001 - answered here: an app-level handler would drop the connection
-            return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
-
-    async def _retrieve(request: Request) -> JSONResponse:
-        try:
-            raw = await read_body(request, limits.max_body_bytes, read_timeout)
-        except BodyError as e:
-            raise RequestError(e.status, e.message) from None
-        try:
-            payload = loads_json(raw)
-        except UnicodeDecodeError:
-            raise RequestError(400, "the body is not UTF-8 text") from None
-        except json.JSONDecodeError as e:
-            raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-        except RecursionError:
-            raise RequestError(400, "malformed JSON: nested too deeply") from None
-        except ValueError as e:  # anything else the parser refuses
-            raise RequestError(400, f"malformed JSON: {e}") from None
-        queries, topk, return_scores = validate_request(payload, limits)
-        try:
-            hits = await batcher.submit((queries, topk))
-        except Exception as e:  # noqa: BLE001 - the retriever failed on this batch; answer, keep serving
-            return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
-        return JSONResponse(format_result(hits, return_scores))
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        size = len(retriever) if hasattr(retriever, "__len__") else None  # type: ignore[arg-type]
-        return {
-            "status": "ok",
-            "retriever": retriever.name,
-            "docs": size,
-            "limits": limits.__dict__,
-            **batcher.stats,
-        }
-
+    app.add_exception_handler(RequestError, _refused)
+    app.add_exception_handler(Exception, _failed)
+    app.add_api_route("/retrieve", retrieve, methods=["POST"])
+    app.add_api_route("/health", health, methods=["GET"])
     return app
+
+
+# ---- the routes: each reads its server from `request.app.state.server` ------------------------------------
+
+
+def _refusal(exc: RequestError) -> JSONResponse:
+    body = {"error": exc.message}
+    if exc.field:
+        body["field"] = exc.field
+    return JSONResponse(body, status_code=exc.status)
+
+
+async def _refused(request: Request, exc: RequestError) -> JSONResponse:
+    return _refusal(exc)
+
+
+async def _failed(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"error": f"retrieval failed: {type(exc).__name__}: {exc}"}, status_code=500)
+
+
+async def retrieve(request: Request) -> JSONResponse:
+    """`POST /retrieve`: a refusal (4xx naming the field) or a failure (500) is answered here, by the route:
+    an app-level handler would drop the connection."""
+    try:
+        return await _retrieve(request.app.state.server, request)
+    except RequestError as e:
+        return _refusal(e)
+    except Exception as e:  # noqa: BLE001 - answered here: an app-level handler would drop the connection
+        return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
+
+
+async def _retrieve(s: RetrieverServer, request: Request) -> JSONResponse:
+    try:
+        raw = await read_body(request, s.limits.max_body_bytes, s.read_timeout)
+    except BodyError as e:
+        raise RequestError(e.status, e.message) from None
+    try:
+        payload = loads_json(raw)
+    except UnicodeDecodeError:
+        raise RequestError(400, "the body is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise RequestError(400, "malformed JSON: nested too deeply") from None
+    except ValueError as e:  # anything else the parser refuses
+        raise RequestError(400, f"malformed JSON: {e}") from None
+    queries, topk, return_scores = validate_request(payload, s.limits)
+    try:
+        hits = await s.batcher.submit((queries, topk))
+    except Exception as e:  # noqa: BLE001 - the retriever failed on this batch; answer, keep serving
+        return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
+    return JSONResponse(format_result(hits, return_scores))
+
+
+async def health(request: Request) -> dict[str, Any]:
+    """`GET /health`: the retriever, its size, the limits and the batching counters."""
+    s: RetrieverServer = request.app.state.server
+    size = len(s.retriever) if hasattr(s.retriever, "__len__") else None  # type: ignore[arg-type]
+    return {
+        "status": "ok",
+        "retriever": s.retriever.name,
+        "docs": size,
+        "limits": s.limits.__dict__,
+        **s.batcher.stats,
+    }

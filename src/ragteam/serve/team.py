@@ -55,6 +55,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -67,7 +68,7 @@ from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
 from ragteam.serve.batcher import Pending, RequestBatcher, settle
 from ragteam.serve.guard import ClientGone, check_read_timeout, until_disconnect
-from ragteam.serve.openai_api import openai_app, openai_error, openai_error_body, read_openai_body
+from ragteam.serve.openai_api import models, openai_app, openai_error, openai_error_body, read_openai_body
 from ragteam.types import Question
 
 QUESTION_ID = "ask"
@@ -266,6 +267,22 @@ def _failure(episode: Episode) -> tuple[int, str, str]:
 # ---- the app -------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class TeamServer:
+    """What the routes of one team server read (`app.state.server`): the team, its batcher and the limits."""
+
+    engine: Engine
+    workflow: Workflow
+    served_name: str
+    batcher: TeamBatcher
+    max_question_chars: int
+    max_body_bytes: int
+    read_timeout: float
+    keepalive_s: float
+    startup: dict[str, float] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+
+
 def make_app(
     engine: Engine,
     workflow: Workflow,
@@ -291,128 +308,143 @@ def make_app(
     shown by /health beside `ready` (false, with a 503, until the batching loop runs)."""
     check_read_timeout(read_timeout)
     batcher = TeamBatcher(engine, workflow, max_batch or engine.config.max_concurrent, batch_wait_ms)
-    created = int(time.time())
-
     app = openai_app(f"ragteam team server: {served_name}", batcher, served_name, docs, api_key)
-
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        ready = batcher.ready
-        return JSONResponse(_health(ready), status_code=200 if ready else 503)
-
-    def _health(ready: bool) -> dict[str, Any]:
-        return {
-            "status": "ok" if ready else "starting",
-            "ready": ready,
-            "startup_s": startup or {},
-            "model": served_name,
-            "workflow": getattr(workflow, "name", type(workflow).__name__),
-            "requests": batcher.requests,
-            "dropped": batcher.dropped,
-            "running": batcher.running,
-            "runs": batcher.batches,
-            "max_run_seen": batcher.max_batch_seen,
-            "run_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
-            "engine_calls": dict(engine.calls),
-        }
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": served_name, "object": "model", "created": created, "owned_by": "ragteam"}],
-        }
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        body = await read_openai_body(
-            request, TeamBody, served_name, max_body_bytes, read_timeout, aliases=aliases
-        )
-        if isinstance(body, JSONResponse):
-            return body
-        if body.n != 1:
-            return openai_error(
-                400, f"n must be 1 (a team gives one answer per question), got {body.n}", param="n"
-            )
-        question = question_of(body, max_question_chars)
-        if isinstance(question, JSONResponse):
-            return question
-        trace = bool(body.ragteam and body.ragteam.trace)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        if body.stream:
-            usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(
-                _stream(question, completion_id, trace, usage),
-                media_type="text/event-stream",
-                headers={"cache-control": "no-cache"},
-            )
-        try:
-            episode = await until_disconnect(request, batcher.ask(question))
-        except ClientGone:
-            return openai_error(499, "the client closed the request", "client_closed_request")
-        except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
-            return openai_error(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
-        if episode.status == "failed":
-            return openai_error(*_failure(episode))
-        return JSONResponse(
-            {
-                "id": completion_id,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": served_name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": episode.answer},
-                        "finish_reason": "stop",
-                        "logprobs": None,
-                    }
-                ],
-                "usage": usage_of(episode),
-                "ragteam": extension_of(episode, trace),
-            }
-        )
-
-    async def _stream(question: str, completion_id: str, trace: bool, usage: bool) -> AsyncIterator[bytes]:
-        """The SSE events of one streamed answer. Starlette cancels this generator when the client goes;
-        the `finally` then cancels the question, so a waiting one is dropped from the next run."""
-        created_at = int(time.time())
-
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-            return {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created_at,
-                "model": served_name,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-                **extra,
-            }
-
-        task = asyncio.ensure_future(batcher.ask(question))
-        try:
-            yield _sse(chunk({"role": "assistant", "content": ""}))
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=keepalive_s)
-                if done:
-                    break
-                yield b": keep-alive\n\n"  # SSE comment: clients skip it, proxies see a live connection
-            try:
-                episode = task.result()
-            except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
-                yield _sse(
-                    openai_error_body(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
-                )
-                return
-            if episode.status == "failed":
-                yield _sse(openai_error_body(*_failure(episode)))
-                return
-            for word in _words(episode.answer):
-                yield _sse(chunk({"content": word}))
-            yield _sse(chunk({}, "stop", ragteam=extension_of(episode, trace)))
-            if usage:
-                yield _sse({**chunk({}), "choices": [], "usage": usage_of(episode)})
-            yield _sse("[DONE]")
-        finally:
-            task.cancel()
-
+    app.state.server = TeamServer(
+        engine,
+        workflow,
+        served_name,
+        batcher,
+        max_question_chars,
+        max_body_bytes,
+        read_timeout,
+        keepalive_s,
+        startup or {},
+        aliases,
+    )
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/models", models, methods=["GET"])
+    app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
     return app
+
+
+# ---- the routes: each reads its server from `request.app.state.server` ------------------------------------
+
+
+async def health(request: Request) -> JSONResponse:
+    """`GET /health`: `ready` (503 until the batching loop runs), the startup seconds and the counters."""
+    s: TeamServer = request.app.state.server
+    ready = s.batcher.ready
+    return JSONResponse(_health(s, ready), status_code=200 if ready else 503)
+
+
+def _health(s: TeamServer, ready: bool) -> dict[str, Any]:
+    batcher = s.batcher
+    return {
+        "status": "ok" if ready else "starting",
+        "ready": ready,
+        "startup_s": s.startup,
+        "model": s.served_name,
+        "workflow": getattr(s.workflow, "name", type(s.workflow).__name__),
+        "requests": batcher.requests,
+        "dropped": batcher.dropped,
+        "running": batcher.running,
+        "runs": batcher.batches,
+        "max_run_seen": batcher.max_batch_seen,
+        "run_sizes": {str(k): v for k, v in sorted(batcher.batch_sizes.items())},
+        "engine_calls": dict(s.engine.calls),
+    }
+
+
+async def chat_completions(request: Request) -> Any:
+    """`POST /v1/chat/completions`: one episode for the last user message, answered whole or streamed."""
+    s: TeamServer = request.app.state.server
+    body = await read_openai_body(
+        request, TeamBody, s.served_name, s.max_body_bytes, s.read_timeout, aliases=s.aliases
+    )
+    if isinstance(body, JSONResponse):
+        return body
+    if body.n != 1:
+        return openai_error(
+            400, f"n must be 1 (a team gives one answer per question), got {body.n}", param="n"
+        )
+    question = question_of(body, s.max_question_chars)
+    if isinstance(question, JSONResponse):
+        return question
+    trace = bool(body.ragteam and body.ragteam.trace)
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    if body.stream:
+        usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(
+            _stream(s, question, completion_id, trace, usage),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache"},
+        )
+    try:
+        episode = await until_disconnect(request, s.batcher.ask(question))
+    except ClientGone:
+        return openai_error(499, "the client closed the request", "client_closed_request")
+    except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
+        return openai_error(500, f"the team failed: {type(e).__name__}: {e}", "server_error")
+    if episode.status == "failed":
+        return openai_error(*_failure(episode))
+    return JSONResponse(
+        {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": s.served_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": episode.answer},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": usage_of(episode),
+            "ragteam": extension_of(episode, trace),
+        }
+    )
+
+
+async def _stream(
+    s: TeamServer, question: str, completion_id: str, trace: bool, usage: bool
+) -> AsyncIterator[bytes]:
+    """The SSE events of one streamed answer. Starlette cancels this generator when the client goes;
+    the `finally` then cancels the question, so a waiting one is dropped from the next run."""
+    created_at = int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created_at,
+            "model": s.served_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            **extra,
+        }
+
+    task = asyncio.ensure_future(s.batcher.ask(question))
+    try:
+        yield _sse(chunk({"role": "assistant", "content": ""}))
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=s.keepalive_s)
+            if done:
+                break
+            yield b": keep-alive\n\n"  # SSE comment: clients skip it, proxies see a live connection
+        try:
+            episode = task.result()
+        except Exception as e:  # noqa: BLE001 - the engine crashed on this question alone
+            yield _sse(openai_error_body(500, f"the team failed: {type(e).__name__}: {e}", "server_error"))
+            return
+        if episode.status == "failed":
+            yield _sse(openai_error_body(*_failure(episode)))
+            return
+        for word in _words(episode.answer):
+            yield _sse(chunk({"content": word}))
+        yield _sse(chunk({}, "stop", ragteam=extension_of(episode, trace)))
+        if usage:
+            yield _sse({**chunk({}), "choices": [], "usage": usage_of(episode)})
+        yield _sse("[DONE]")
+    finally:
+        task.cancel()
