@@ -1,4 +1,4 @@
-"""Benchmark: update tokens/s and peak memory, ours against TRL: PPO (`ragteam.train.ppo.update`, separate or
+"""Benchmark: update tokens/s and peak memory, ours against TRL: PPO (`ragteam.train.ppo.Learner.update`, separate or
 shared critic) against TRL 1.12's PPO, and critic-free GRPO (`--ppo.advantage grpo`) against TRL's GRPOTrainer.
 
 TRL dropped its PPO trainer after 1.12 (`trl.experimental.ppo.PPOTrainer` there), so the TRL PPO side runs in a
@@ -25,7 +25,7 @@ alone.
 Timed on each side is one update, the median of --repeats after --warmup untimed ones (the first pays the
 optimizer's state allocation); the advantage pass that precedes it is not timed:
 
-  ours  `ragteam.train.ppo.update(run, exp, iteration)` unchanged: per minibatch, micro-batches of about
+  ours  `Learner.update(exp, iteration)` of the learner `train ppo` builds (`Learner.create`): per minibatch, micro-batches of about
         --micro-tokens tokens grouped by length, rows no wider than their longest sample (short samples
         share a row), policy and separate critic trunks over the rows (`ours-shared`: the value head on the
         policy's backbone, as MMOA-RAG's LLaMA-Factory PPO and `--ppo.shared-critic`), vocabulary
@@ -33,13 +33,13 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
         backward, grad-norm clip, AdamW step; per-role statistics; the scheduler step. One substitution:
         its token-budgeted minibatch split (`minibatches(..., minibatch_tokens, generator)`) is replaced
         by fixed --minibatch-sample chunks of the same seeded shuffle, so both sides take the same steps.
-        `exp` comes from `ppo.advantages(run, samples)` (old/reference log-probs, values, GAE).
-  ours-grpo  the same `ppo.update`, on a run built as `--ppo.advantage grpo --ppo.normalize none
+        `exp` comes from `Learner.score(samples)` (old/reference log-probs, values, GAE).
+  ours-grpo  the same `Learner.update`, on a learner built as `--ppo.advantage grpo --ppo.normalize none
         --ppo.kl-beta 0` builds it: `ActorCritic.from_policy(policy, critic=False)` (no value head, no
-        critic trunk, no value loss), AdamW over the policy alone; `exp` from `ppo.advantages`, whose
+        critic trunk, no value loss), AdamW over the policy alone; `exp` from `Learner.score`, whose
         estimator reads the samples' question groups (`Sample.group`, via `train/groups.group_ids`): (reward
         - group mean) / group std, the same for every token of a completion, not whitened again (TRL does
-        not). With beta 0 the reference log-probs are the policy's own (the run's `ref` is the policy: KL 0,
+        not). With beta 0 the reference log-probs are the policy's own (the learner's `ref` is the policy: KL 0,
         no second copy in memory, as TRL holds none at beta 0); `ragteam train ppo` itself still loads a
         frozen reference copy at kl_beta 0, one model's weights more than measured here.
   ours-grpo-prefix  ours-grpo with `--ppo.share-prefix`: the completions of one prompt are packed as one
@@ -272,19 +272,15 @@ def result(name: str, samples: list[dict], args, measured, steps, computed, extr
 
 
 def side_ours(args: argparse.Namespace) -> dict:
-    from types import SimpleNamespace
-
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ragteam.train import ppo
     from ragteam.train.actor_critic import ActorCritic
-    from ragteam.train.distributed import SINGLE
     from ragteam.train.experience import Sample, packed_tokens, prompt_groups
-    from ragteam.train.losses import KLController
+    from ragteam.train.ppo import learner as learner_module
+    from ragteam.train.ppo.learner import Learner
     from ragteam.train.ppo_config import PPOOptions
-    from ragteam.train.ppo_run import Trainer, build_optimizer
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
@@ -296,18 +292,15 @@ def side_ours(args: argparse.Namespace) -> dict:
     if longest > args.micro_tokens:
         raise SystemExit(f"--micro-tokens {args.micro_tokens} < the longest sample ({longest} tokens)")
 
-    # As `ppo_run.build` does, less what the update does not read (engine, workflow, data, output folder).
+    # The models as `ppo.run.build` loads them, less the engine, workflow, data and output folder; the learner
+    # is the one `train ppo` builds (`Learner.create`: its optimizer, schedule and KL controller).
     policy = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
     if grpo:  # beta 0, as TRL's GRPO side: no reference copy (the policy scores the KL term's ref: KL 0)
         ref = policy
     else:
-        ref = (
-            AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
-            .eval()
-            .requires_grad_(False)
-        )
-    # critic-free for GRPO: no value head, no critic trunk, no value pass or loss (as `ppo_run.build` for an
-    # estimator registered without a critic)
+        ref = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
+        ref.eval().requires_grad_(False)
+    # critic-free for GRPO: no value head, no critic trunk, no value pass or loss
     ac = ActorCritic.from_policy(policy, shared=args.side == "ours-shared", critic=not grpo)
     ac.eval()
     critic_free = {"advantage": "grpo", "normalize": "none", "kl_beta": 0.0} if grpo else {}
@@ -318,23 +311,13 @@ def side_ours(args: argparse.Namespace) -> dict:
         max_sample_tokens=max(32, longest),
         share_prefix=prefix,
         bf16=args.bf16,
+        lr_schedule="constant",  # every timed update at the same learning rate
         **critic_free,
     )
-    optimizer = build_optimizer(ac, opts, torch.device("cpu"))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    run = SimpleNamespace(
-        cfg=SimpleNamespace(ppo=opts, seed=args.seed),
-        device=torch.device("cpu"),
-        ac=ac,
-        ref=ref,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        kl=KLController(beta=opts.kl_beta),
-        dist=SINGLE,  # one process
-        model=ac,  # what the update runs through (unwrapped: no DDP / FSDP)
-        share_prefix=prefix,  # as `ppo_run.shares_prefix` decides it (sdpa attention takes the mask)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_path)
+    learner = Learner.create(
+        ac, ref, tokenizer, opts, torch.device("cpu"), iterations=1, seed=args.seed, share_prefix=prefix
     )
-    run.precision = lambda: Trainer.precision(run)  # the trainer's autocast (--ppo.bf16), read off run.cfg
     # GRPO: one question group per shared prompt (`train/groups.group_ids` reads `group`); PPO: all in one
     samples = [
         Sample(
@@ -349,14 +332,10 @@ def side_ours(args: argparse.Namespace) -> dict:
         for i, s in enumerate(raw)
     ]
 
-    # The same number of optimizer steps as TRL: minibatches of --minibatch samples of the seeded shuffle
-    # (`update` calls `minibatches` with its seeded generator; its micro-batch split is `micro_batches`).
-    token_split = ppo.minibatches
-
-    # ours-grpo-prefix: the shuffle is of whole prompt groups (as `minibatches(share_prefix=True)` draws it)
+    # The same number of optimizer steps as TRL: minibatches of --minibatch samples of the update's seeded
+    # shuffle, in place of its token-budgeted split (ours-grpo-prefix: a shuffle of whole prompt groups, as
+    # `minibatches(share_prefix=True)` draws it).
     def sample_split(items, max_tokens, generator=None, share_prefix=False):
-        if generator is None:
-            return token_split(items, max_tokens, generator=None, share_prefix=share_prefix)
         if share_prefix:
             groups = prompt_groups(items, range(len(items)))
             order = [i for g in torch.randperm(len(groups), generator=generator).tolist() for i in groups[g]]
@@ -364,43 +343,40 @@ def side_ours(args: argparse.Namespace) -> dict:
             order = torch.randperm(len(items), generator=generator).tolist()
         return [order[i : i + args.minibatch] for i in range(0, len(order), args.minibatch)]
 
-    ppo.minibatches = sample_split
-
+    learner_module.minibatches = sample_split
     t0 = time.perf_counter()
-    exp = ppo.advantages(run, samples)
+    exp = learner.score(samples)
     print(
         f"  {args.side}: advantage pass {time.perf_counter() - t0:.2f} s (not timed)",
         file=sys.stderr,
         flush=True,
     )
     steps = [0]
-    optimizer.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
+    learner.optimizer.register_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
     ran = [0]  # ours-grpo-prefix: the real tokens its packed batches held, over every update
     if prefix:
-        pack = ppo.pack_samples
+        pack = learner_module.pack_samples
 
         def counted(batch, *a, **kw):
             ran[0] += packed_tokens(batch, kw.get("share_prefix", False))
             return pack(batch, *a, **kw)
 
-        ppo.pack_samples = counted
+        learner_module.pack_samples = counted
 
-    def update(i: int) -> None:
-        ppo.update(run, exp, i)
-
-    measured = time_updates(args.side, update, args)
+    measured = time_updates(args.side, lambda i: learner.update(exp, i), args)
     per_update = steps[0] // (args.warmup + args.repeats)
     computed = sum(len(s["prompt"]) + len(s["completion"]) for s in raw)
     if prefix:  # per epoch, as `result` scales it
         computed = ran[0] // ((args.warmup + args.repeats) * args.epochs)
+        unshared = sum(s.length for s in samples)
         print(
-            f"  {args.side}: computed {computed} tokens per epoch (unshared: {sum(s.length for s in samples)})",
+            f"  {args.side}: computed {computed} tokens per epoch (unshared: {unshared})",
             file=sys.stderr,
             flush=True,
         )
     extra = {
         "transformers": transformers.__version__,
-        "optimizer": "AdamW (" + ("fused" if optimizer.defaults.get("fused") else "foreach") + ")",
+        "optimizer": "AdamW (" + ("fused" if learner.optimizer.defaults.get("fused") else "foreach") + ")",
         "attention": policy.config._attn_implementation,
         "precision": "bf16 autocast" if opts.bf16 else "float32",
     }

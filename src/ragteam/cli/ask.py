@@ -174,13 +174,9 @@ def _ask(cfg: Config) -> int:
     own = [question] if cfg.id is not None else None
     built, _ = choose_corpus(cfg, data, fmt, needs_retriever(cfg), progress=True, questions=own)
     parts = build_team(built, data=data, fmt=fmt)
-    reward = None
-    if question.golden_answers:
-        from ragteam.metrics.answer import score_answer
+    from ragteam.metrics.rewards import answer_rewards
 
-        def reward(q: Question, prediction: str) -> dict[str, float]:
-            return score_answer(prediction, q)
-
+    reward = answer_rewards if question.golden_answers else None
     report = parts.engine.run(parts.workflow, [question], reward=reward)
     episode = report.episodes[0]
     if cfg.out:

@@ -263,7 +263,7 @@ def _team_name(cfg: CollectConfig) -> str:
 
 def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the collection `cfg` describes; write every output into `cfg.out`; the summary."""
-    from ragteam.metrics.answer import score_answer
+    from ragteam.metrics.rewards import answer_rewards
 
     t0 = perf_counter()
     validate(cfg)
@@ -280,7 +280,7 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
         workflow, engine = spread(
             partial(build_collection, built, cfg.data, qset.format), cfg.run_config().rollout
         )
-        reward = None if cfg.labelled else (lambda q, prediction: score_answer(prediction, q))
+        reward = None if cfg.labelled else answer_rewards
         with TraceWriter(trace) as writer:
             engine.run(workflow, todo, reward=reward, on_episode=writer.write, progress=cfg.progress)
         calls = dict(engine.calls)

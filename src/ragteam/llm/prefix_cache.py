@@ -16,7 +16,7 @@ match or an insert touches every node on its path), then the parent it may leave
 
 Validity. KV depends on the weights, and a cache must never serve KV across a weight update. Whoever changes
 the weights says so: `LocalChatModel.clear_prefix_cache` (`load_weights` calls it; the PPO trainer calls
-`clear_prefix_caches` on its engine at every push, before each rollout and evaluation, `train/ppo.py`; a Ray
+`clear_prefix_caches` on its engine at every push, before each rollout and evaluation, `train/ppo/phases.py`; a Ray
 rollout worker when it loads weights). As a safety net, `validate(key)` also empties the tree when the
 weights' key changes (`weights_key`: each parameter's storage and version counter), but the counter misses
 some updates: a fused optimizer step (`AdamW(fused=True)`) and writes through `p.data` do not bump it.
