@@ -403,6 +403,29 @@ def test_config_sets_the_fork_schedule():
         CollectConfig(**{**base, "workflow": "gym:react", "tree": "c3po"}).resolved_rollout()
 
 
+def test_collect_asks_the_workflow_what_it_collects(monkeypatch):
+    """No workflow name is matched: MMOA declares its labelling rollout, C-3PO's package registers its tree,
+    and a tree registered for another name is found the same way."""
+    from ragteam.depth import TREES, Tree
+    from ragteam.rollout.config import RolloutConfig
+
+    base = {"what": "sft", "data": "d", "out": "o"}
+    assert isinstance(CollectConfig(**base, workflow="mmoa").labelling(), MMOALabeling)
+    assert CollectConfig(**{**base, "what": "process"}, workflow="mmoa").labelling() is None
+    assert CollectConfig(**base, workflow="c3po").labelling() is None
+    assert CollectConfig(**base, workflow="c3po").tree_kind == "c3po"
+    assert CollectConfig(**base, workflow="gym:react").tree_kind == "samples"
+    with pytest.raises(ValueError, match="no tree rollout is registered for workflow 'nope'"):
+        CollectConfig(**base, workflow="c3po", tree="nope")
+    mine = {"forks": [{"role": "reasoner", "k": 3}], "max_depth": 5}
+    monkeypatch.setitem(TREES, "gym:react", Tree("gym:react", mine, "the reasoner"))
+    own = CollectConfig(**base, workflow="gym:react").resolved_rollout()
+    assert own.fork_at("reasoner", 0).k == 3 and own.max_depth == 5
+    assert RolloutConfig(forks="gym:react").forks == own.forks
+    with pytest.raises(ValueError, match="forks the reasoner; workflow 'c3po' has none"):
+        CollectConfig(**base, workflow="c3po", tree="gym:react").resolved_rollout()
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 
 TINY = ["--teacher.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2"]
