@@ -21,7 +21,7 @@ from ragteam.workflows.mmoa import settings as mmoa
 
 def test_profiles_are_the_packages_rows():
     for fam, package in (("c3po", c3po), ("mmoa", mmoa), ("gym", gym)):
-        # the package's rows, then the corpus row every family shares (`profiles.CORPUS_*`)
+        # the package's rows, then the corpus row every family shares (`setting.CORPUS_SMALL`, `corpus_paper`)
         assert profiles.SMALL[fam][:-1] == package.SMALL and profiles.PAPER[fam][:-1] == package.PAPER
         assert (profiles.SMALL[fam][-1].key, profiles.PAPER[fam][-1].value) == ("corpus", "pooled")
     paper = profiles.values("paper", "c3po")
@@ -31,9 +31,38 @@ def test_profiles_are_the_packages_rows():
 
 
 def test_a_team_from_outside_keeps_its_own_defaults_under_every_profile():
-    assert profiles.family("my_pkg.team:Team") is None and profiles.family("search-r1") is None
-    assert profiles.values("paper", "my_pkg.team:Team") == {}
-    assert profiles.family("direct") == "baseline" and profiles.family("gym:react") == "gym"
+    assert profiles.values("paper", "my_pkg.team:Team") == {} and profiles.values("paper", "search-r1") == {}
+    assert profiles.settings("paper", "direct") == profiles.PAPER["baseline"]
+    assert (
+        profiles.settings("paper", "gym:react")
+        == profiles.settings("paper", "gym:direct")
+        == profiles.PAPER["gym"]
+    )
+
+
+def test_presets_are_found_by_the_workflow_not_by_its_name():
+    """A workflow's rows are its class's `presets` (stated in its package's options.py): a team registered
+    under any name, or from outside the package, brings its own; nothing matches names as strings."""
+    from ragteam.protocol import Workflow
+    from ragteam.workflows import registry
+    from ragteam.workflows.setting import Setting
+
+    class Mine(Workflow):
+        name = "mine"
+        presets = {"paper": (Setting("topk", 7, "my paper"),)}
+
+        def __init__(self, cfg=None):
+            self.cfg = cfg
+
+        def run(self, question):
+            yield from ()
+
+    registry._FACTORIES["gym-like-name"] = Mine  # a name that looks like a built-in family's
+    try:
+        assert profiles.values("paper", "gym-like-name") == {"topk": 7}
+        assert profiles.values("small", "gym-like-name") == {}
+    finally:
+        del registry._FACTORIES["gym-like-name"]
 
 
 def test_the_c3po_tree_is_the_packages():

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field
 
 from ragteam.config import Config
 from ragteam.llm.config import ModelConfig
 from ragteam.llm.prm import PRMConfig
+from ragteam.precedence import Layer, only_fields
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
+from ragteam.workflows import profiles
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.registry import with_options, workflow_help, workflow_options
 
@@ -38,7 +40,33 @@ DEMO_DATA = "hotpotqa-dev-50.jsonl"
 """The bundled demo questions (ragteam/demo/), whose pooled paragraphs are `ask`'s default corpus."""
 
 
-class TeamConfig(WorkflowConfig):
+class ProfiledConfig(WorkflowConfig):
+    """A config that names its workflow (a `workflow` field: every command's that runs one) and so takes the
+    rows of its profile (`--profile`) that the workflow states, as the layer under the user's values."""
+
+    @classmethod
+    def layers(cls, given: dict[str, Any]) -> list[Layer]:
+        """The profile's values for the workflow the config names (`given`'s, else the field's default), for
+        the fields this class has (`ragteam.config.resolve` puts them under the user's values)."""
+        profile = given.get("profile", cls.model_fields["profile"].default)
+        workflow = given.get("workflow", cls.model_fields["workflow"].default)
+        if profile not in profiles.PROFILES or not isinstance(workflow, str):
+            return []  # validation reports the bad value
+        return [("profile", only_fields(cls, profiles.values(profile, workflow), _fillable(cls)))]
+
+
+def _fillable(cls: type[Config]) -> dict[str, Any]:
+    """The fields a profile may fill: all of `cls`'s, except workflow options a subclass redefines with
+    another default (collect's `--candidates`, which means N candidates there, not MMOA-RAG's K)."""
+    base = WorkflowConfig.model_fields
+    return {
+        name: info
+        for name, info in cls.model_fields.items()
+        if name not in base or info.default == base[name].default
+    }
+
+
+class TeamConfig(ProfiledConfig):
     """A workflow with its options, the policy, the LLM server, the retriever and the rollout settings."""
 
     workflow: str = Field("c3po", description=workflow_help())

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ragteam.assemble.config import CORPUS_HELP, JudgeConfig, TeamConfig
+from ragteam.assemble.config import CORPUS_HELP, JudgeConfig, ProfiledConfig, TeamConfig
 from ragteam.collect.accept import AcceptRule
 from ragteam.depth import tree
 from ragteam.llm.config import ModelConfig
@@ -30,7 +30,7 @@ DEFAULT_N = 4
 """Candidate actions per act for `collect process` when --candidates is not given."""
 
 
-class CollectConfig(WorkflowConfig):
+class CollectConfig(ProfiledConfig):
     """Collect training rows: SFT by rejection sampling / MMOA-RAG heuristics, or ranked process pairs."""
 
     what: Literal["sft", "process"] = Field(

@@ -11,7 +11,9 @@ from __future__ import annotations
 from ragteam.protocol import Answer, AskLLM, EpisodeGenerator, Retrieve, Workflow
 from ragteam.types import Hit, Message, Question
 from ragteam.workflows.answers import extract_answer, format_options
+from ragteam.workflows.c3po import settings as c3po
 from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.setting import CORPUS_SMALL, Presets, Setting, corpus_paper
 
 SYSTEM_PROMPT = "You are a helpful assistant that answers questions with a short answer (a few words)."
 
@@ -42,11 +44,33 @@ def _messages(user: str) -> list[Message]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
+PRESETS: Presets = {
+    "small": (
+        Setting("topk", 5, "ragteam: as the workflows of this profile"),
+        Setting("rollout.llm_max_tokens", 128, "ragteam: LLM-server tokens per answer"),
+        CORPUS_SMALL,
+    ),
+    "paper": (
+        Setting(
+            "topk", c3po.TOPK, "C-3PO's retrieval depth, so the standard-RAG baseline sees as many documents"
+        ),
+        Setting(
+            "rollout.llm_max_tokens",
+            c3po.MAX_LEN,
+            "C-3PO Table 7's 2048, as the c3po LLM calls under this profile, so the baselines answer alike",
+        ),
+        corpus_paper("C-3PO's (§6.1: the 2018 Wikipedia dump), as the baselines follow it"),
+    ),
+}
+"""The baselines' rows of each profile: they have no paper of their own, so they follow C-3PO's."""
+
+
 class Direct(Workflow):
     """The LLM server answers the question alone (no retrieval, no policy)."""
 
     name = "direct"
     needs = frozenset({"llm"})
+    presets = PRESETS
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()
@@ -61,6 +85,7 @@ class StandardRAG(Workflow):
     """Retrieve the top-k passages with the question, then the LLM server answers from them."""
 
     name = "standard-rag"
+    presets = PRESETS
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
         self.cfg = cfg if cfg is not None else WorkflowConfig()

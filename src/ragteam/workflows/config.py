@@ -2,19 +2,19 @@
 
 `profile` names a set of defaults per workflow (`ragteam.workflows.profiles`: `small`, the defaults as they
 were; `paper`, each paper's stated values). Every command's config (eval, ask, collect, train ppo) derives
-from `WorkflowConfig`, whose `layers` gives the profile's values for the workflow the config names to the one
-resolver (`ragteam.config.resolve`), under the recipe, the config file and the flags.
+from `WorkflowConfig`; the configs that name a workflow (`assemble.config.ProfiledConfig`) give its profile's
+values to the one resolver (`ragteam.config.resolve`), under the recipe, the config file and the flags. A
+team's own options subclass it (its Workflow's `Options`: `registry.with_options`). This module imports no
+workflow and no profile, so the workflows' packages import it without an arrow back up.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from ragteam.config import Config
-from ragteam.precedence import Layer, only_fields
-from ragteam.workflows import profiles
 
 
 class WorkflowConfig(Config):
@@ -65,26 +65,3 @@ class WorkflowConfig(Config):
         description="C-3PO and RAG-Gym: the roles' own short reply caps (C-3PO's router 64 tokens, RAG-Gym's "
         "direct answer 64); off (--profile paper), those acts get --rollout.max-tokens like every other act",
     )
-
-    @classmethod
-    def layers(cls, given: dict[str, Any]) -> list[Layer]:
-        """The profile's values for the workflow the config names (`given`'s, else the field's default),
-        for the fields this class has (`ragteam.config.resolve` puts them under the user's values)."""
-        if "workflow" not in cls.model_fields:
-            return []
-        profile = given.get("profile", cls.model_fields["profile"].default)
-        workflow = given.get("workflow", cls.model_fields["workflow"].default)
-        if profile not in profiles.PROFILES or not isinstance(workflow, str):
-            return []  # validation reports the bad value
-        return [("profile", only_fields(cls, profiles.values(profile, workflow), _fillable(cls)))]
-
-
-def _fillable(cls: type[Config]) -> dict[str, Any]:
-    """The fields a profile may fill: all of `cls`'s, except workflow options a subclass redefines with
-    another default (collect's `--candidates`, which means N candidates there, not MMOA-RAG's K)."""
-    base = WorkflowConfig.model_fields
-    return {
-        name: info
-        for name, info in cls.model_fields.items()
-        if name not in base or info.default == base[name].default
-    }

@@ -28,12 +28,12 @@ from typing import TypeAlias, TypeVar
 
 from ragteam.precedence import merge_layers, only_fields
 from ragteam.protocol import Workflow
-from ragteam.workflows import profiles
 from ragteam.workflows.baselines import Direct, StandardRAG
 from ragteam.workflows.c3po import C3PO
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import AGENTS, GymAgent
 from ragteam.workflows.mmoa import MMOA
+from ragteam.workflows.setting import Presets, nested
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -45,6 +45,7 @@ __all__ = [
     "workflow_names",
     "workflow_options",
     "workflow_package",
+    "workflow_presets",
     "with_options",
 ]
 
@@ -141,6 +142,18 @@ def workflow_options(name: str) -> type[WorkflowConfig]:
         return WorkflowConfig
     options = getattr(getattr(factory, "func", factory), "Options", None)
     return options if isinstance(options, type) and issubclass(options, WorkflowConfig) else WorkflowConfig
+
+
+def workflow_presets(name: str) -> Presets:
+    """The rows of each profile the team `name` states (the `presets` of its Workflow class, in its package:
+    `workflows/<paper>/options.py`); none for a team that states none or a name that resolves to nothing,
+    whose own defaults then hold under every profile."""
+    try:
+        factory = _factory(name)
+    except ValueError:
+        return {}
+    presets = getattr(getattr(factory, "func", factory), "presets", None)
+    return presets if isinstance(presets, dict) else {}
 
 
 def with_options(cls: type[C], name: str) -> type[C]:
@@ -250,6 +263,6 @@ def with_profile(cfg: WorkflowConfig, name: str) -> WorkflowConfig:
     already (its profile layer knows the workflow); a bare `WorkflowConfig(profile="paper")` built in code
     names no workflow, so they are layered here, by the same resolver."""
     given = cfg.model_dump(exclude_unset=True)
-    profile = only_fields(type(cfg), profiles.values(cfg.profile, name))
+    profile = only_fields(type(cfg), nested(workflow_presets(name).get(cfg.profile, ())))
     merged, _ = merge_layers([("profile", profile), ("code", given)])
     return type(cfg).model_validate(merged) if merged != given else cfg

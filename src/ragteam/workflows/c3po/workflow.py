@@ -40,6 +40,7 @@ from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve,
 from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.answers import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
+from ragteam.workflows.c3po.options import PRESETS
 from ragteam.workflows.c3po.parsers import (
     extract_thought,
     parse_decider,
@@ -117,6 +118,7 @@ class C3PO(Workflow):
     """Reasoning Router, Information Filter and Decision Maker between the retriever and the LLM server."""
 
     name = "c3po"
+    presets = PRESETS  # its rows of each profile (options.py)
     roles = (ROUTER, FILTER, DECIDER)
     depth_rule = C3PO_DEPTH
 

@@ -39,6 +39,7 @@ from ragteam.types import Doc, Message, Question
 from ragteam.workflows.answers import extract_answer
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import prompts
+from ragteam.workflows.gym.options import PRESETS
 from ragteam.workflows.gym.parsers import parse_actor, predicted_answer
 
 AGENTS = ("direct", "cot", "rag", "react", "search-o1", "re2search")
@@ -71,6 +72,8 @@ SUMMARY = Role("summary", prompts.summary_messages, docs="docs")
 
 class GymAgent(Workflow):
     """One RAG-Gym agent design (`agent` in AGENTS) on the search-or-answer process."""
+
+    presets = PRESETS  # its rows of each profile (options.py)
 
     def __init__(self, cfg: WorkflowConfig | None = None, agent: str = "react") -> None:
         if agent not in AGENTS:

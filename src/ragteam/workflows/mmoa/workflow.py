@@ -44,6 +44,7 @@ from ragteam.workflows.answers import format_options
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import prompts
 from ragteam.workflows.mmoa.labels import WITH_REWRITER
+from ragteam.workflows.mmoa.options import PRESETS
 from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
 
 REWRITER_MAX_TOKENS = 128
@@ -145,6 +146,7 @@ class MMOA(Workflow):
     """Query Rewriter, Selector and Generator as policy roles around a fixed retriever."""
 
     name = "mmoa"
+    presets = PRESETS  # its rows of each profile (options.py)
     roles = (REWRITER, SELECTOR, GENERATOR)
     needs = frozenset({"policy", "retriever"})  # the Generator is a policy role: no LLM server is called
 
