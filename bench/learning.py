@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "hotpotqa-dev-500.jsonl"
 
 SIDE_FLAGS = {
-    "gae": ["--ppo.advantage", "gae", "--ppo.shared-critic"],
+    "gae": ["--ppo.advantage", "gae", "--ppo.shared-value"],
     "grpo": ["--ppo.advantage", "grpo"],
     "drgrpo": ["--ppo.advantage", "drgrpo"],
     "rloo": ["--ppo.advantage", "rloo"],
@@ -58,7 +58,7 @@ def command(args: argparse.Namespace, side: str, out: Path) -> list[str]:
         "--offset", str(args.offset), "--limit", str(args.questions),
         "--questions-per-iteration", str(args.questions), "--rollout.group-size", str(args.group_size),
         "--rollout.max-tokens", str(args.max_tokens), "--iterations", str(args.iterations),
-        "--init", args.init, "--out", str(out), "--ppo.lr", str(args.lr), "--ppo.critic-lr", str(args.lr),
+        "--init", args.init, "--out", str(out), "--ppo.lr", str(args.lr), "--ppo.value-lr", str(args.lr),
         "--ppo.kl-beta", "0", "--ppo.kl-anneal-to", "0", "--ppo.kl-beta-min", "0",
         "--ppo.lr-schedule", "constant", "--threads", str(args.threads), "--no-progress", "--no-tensorboard",
         *SIDE_FLAGS[side], *(["--resume"] if any(out.glob("checkpoint-*")) else []),

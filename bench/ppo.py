@@ -28,7 +28,7 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
   ours  `Learner.update(exp, iteration)` of the learner `train ppo` builds (`Learner.create`): per minibatch, micro-batches of about
         --micro-tokens tokens grouped by length, rows no wider than their longest sample (short samples
         share a row), policy and separate critic trunks over the rows (`ours-shared`: the value head on the
-        policy's backbone, as MMOA-RAG's LLaMA-Factory PPO and `--ppo.shared-critic`), vocabulary
+        policy's backbone, as MMOA-RAG's LLaMA-Factory PPO and `--ppo.shared-value`), vocabulary
         head and value head on completion positions only, clipped policy + value losses and entropy,
         backward, grad-norm clip, AdamW step; per-role statistics; the scheduler step. One substitution:
         its token-budgeted minibatch split (`minibatches(..., minibatch_tokens, generator)`) is replaced

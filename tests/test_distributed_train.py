@@ -71,7 +71,7 @@ def _ppo_argv(data: Path, out: Path, *extra: str) -> list[str]:
         "--limit", "12", "--iterations", "2", "--questions-per-iteration", "4", "--variant", "s-g",
         "--topk", "2", "--candidates", "2", "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard",
         "--ppo.max-sample-tokens", str(TOKENS), "--ppo.micro-tokens", "2500", "--ppo.minibatch-tokens",
-        "5000", "--ppo.lr", "1e-3", "--ppo.critic-lr", "1e-3", *extra,
+        "5000", "--ppo.lr", "1e-3", "--ppo.value-lr", "1e-3", *extra,
     ]  # fmt: skip
 
 

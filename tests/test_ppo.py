@@ -98,7 +98,7 @@ def test_flags_override_the_recipe_and_a_recipe_inherits_its_base(tmp_path: Path
     tree = PPOConfig(recipe="c3po", data="q", out="o")
     flat = PPOConfig(recipe="c3po-no-tree", data="q", out="o")
     assert tree.rollout.forks and not flat.rollout.forks
-    assert (flat.ppo.lr, flat.ppo.critic_lr, flat.topk) == (tree.ppo.lr, tree.ppo.critic_lr, tree.topk)
+    assert (flat.ppo.lr, flat.ppo.value_lr, flat.topk) == (tree.ppo.lr, tree.ppo.value_lr, tree.topk)
     assert (tree.ppo.credit, flat.ppo.credit) == ("tree_mc", "outcome")
     with pytest.raises(ConfigError, match="not a packaged recipe"):
         PPOConfig(recipe="nope", data="q", out="o")
@@ -199,7 +199,7 @@ def _argv(data: Path, out: Path, iterations: int) -> list[str]:
         "--questions-per-iteration", "2", "--variant", "s-g", "--topk", "2", "--candidates", "2",
         "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard", "--save-total-limit", "5",
         "--ppo.max-sample-tokens", str(TOKENS), "--ppo.micro-tokens", str(TOKENS),
-        "--ppo.minibatch-tokens", str(TOKENS), "--ppo.lr", "1e-3", "--ppo.critic-lr", "1e-3",
+        "--ppo.minibatch-tokens", str(TOKENS), "--ppo.lr", "1e-3", "--ppo.value-lr", "1e-3",
     ]  # fmt: skip
 
 
@@ -305,7 +305,7 @@ def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: 
             backend="openai", base_url=srv.url, model="tiny", api_key_env="RAGTEAM_TEST_POLICY_KEY"
         )
         cfg = cfg.model_copy(update={"policy": policy})
-        cfg.ppo.lr = cfg.ppo.critic_lr = 1e-3  # set explicitly: the recipe keeps its other values
+        cfg.ppo.lr = cfg.ppo.value_lr = 1e-3  # set explicitly: the recipe keeps its other values
         out = ppo.train_ppo(cfg)
         rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
         # the server rolled out with the weights the trainer had: its log-probs match the trainer's
@@ -410,7 +410,7 @@ def test_lora_ppo_trains_an_adapter_against_its_own_base_and_resumes(
     from ragteam.train.run_folder import resolve_init
 
     # the entropy bonus moves the adapter whatever the tiny model's rewards (often all 0) say
-    lora = {"lora": True, "lora_r": 4, "lora_alpha": 8, "lr": 1e-3, "critic_lr": 1e-3, "ent_coef": 0.1}
+    lora = {"lora": True, "lora_r": 4, "lora_alpha": 8, "lr": 1e-3, "value_lr": 1e-3, "ent_coef": 0.1}
     opts = dict(tiny_cfg(hotpot_small, tmp_path / "x").ppo.model_dump(), **lora)
     straight = ppo.train_ppo(tiny_cfg(hotpot_small, tmp_path / "straight", ppo=opts))
     rows = [json.loads(x) for x in (straight / "log.jsonl").read_text().splitlines()]

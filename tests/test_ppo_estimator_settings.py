@@ -120,7 +120,7 @@ def test_a_resumed_run_uses_its_own_learning_rate_not_the_checkpoints() -> None:
     sched.load_state_dict(saved[1])
     assert opt.param_groups[0]["lr"] == pytest.approx(2.5e-4)  # the checkpoint's: 1e-3 x 0.25
     learner = SimpleNamespace(
-        opts=SimpleNamespace(lr=4e-3, critic_lr=1e-5, weight_decay=0.01), optimizer=opt, scheduler=sched
+        opts=SimpleNamespace(lr=4e-3, value_lr=1e-5, weight_decay=0.01), optimizer=opt, scheduler=sched
     )
     assert apply_settings(learner) == ["--ppo.lr 0.001 -> 0.004", "--ppo.weight-decay 0 -> 0.01"]
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)  # 4e-3 x 0.25, the schedule's step kept

@@ -175,7 +175,7 @@ def test_ppo_workers_get_the_trained_weights(local_ray, hotpot_small: Path, tmp_
     def cfg(out: Path, workers: int):
         c = tiny_cfg(hotpot_small, out, iterations=2)
         c = c.model_copy(update={"rollout": c.rollout.model_copy(update={"workers": workers})})
-        c.ppo.lr = c.ppo.critic_lr = 1e-3  # set explicitly: the recipe keeps its other values
+        c.ppo.lr = c.ppo.value_lr = 1e-3  # set explicitly: the recipe keeps its other values
         return c
 
     one = ppo.train_ppo(cfg(tmp_path / "one", 1))

@@ -258,8 +258,8 @@ leg_gym() {
     --iterations "$GYM_ITERS" --budget-seconds "$GYM_BUDGET_S" --questions-per-iteration "$GYM_QPI" \
     --rollout.group-size 1 --rollout.temperature 1.0 --rollout.top-p 1.0 \
     --ppo.advantage gae --ppo.credit process --ppo.process-reward prm --ppo.reward f1 \
-    --ppo.normalize global --ppo.kl-in reward --no-ppo.shared-critic \
-    --ppo.gamma 1.0 --ppo.lam 0.95 --ppo.vf-coef 0.1 --ppo.lr "$GYM_LR" --ppo.critic-lr 1e-5 \
+    --ppo.normalize global --ppo.kl-in reward --no-ppo.shared-value \
+    --ppo.gamma 1.0 --ppo.lam 0.95 --ppo.vf-coef 0.1 --ppo.lr "$GYM_LR" --ppo.value-lr 1e-5 \
     --ppo.kl-estimator k1 --ppo.kl-beta 0.05 --ppo.kl-beta-min 0.05 --ppo.kl-beta-max 0.05 --ppo.target-kl 0.1 \
     --ppo.max-sample-tokens 4096
   stage gym eval-ppo $RT eval $G $EV --policy.model "$w/ppo" --out "$w/eval-ppo"

@@ -155,7 +155,7 @@ class PPOOptions(LoraFields):
         None, ge=0, description="annealed beta: its value at the last iteration (linear)"
     )
     lr: float = Field(1e-6, gt=0, description="policy peak learning rate")
-    critic_lr: float = Field(1e-5, gt=0, description="critic (value) peak learning rate")
+    value_lr: float = Field(1e-5, gt=0, description="value model (critic) peak learning rate")
     lr_schedule: Literal["cosine", "linear", "constant"] = Field(
         "cosine", description="learning-rate decay over iterations"
     )
@@ -168,8 +168,9 @@ class PPOOptions(LoraFields):
         description="stop an iteration's update before the step at which a minibatch's KL(old || current) "
         "per token passes 1.5 x this (none: every epoch runs)",
     )
-    shared_critic: bool = Field(
-        False, description="value head on the policy's trunk (half the memory) instead of a separate critic"
+    shared_value: bool = Field(
+        False,
+        description="value head on the policy's trunk (half the memory) instead of a separate value model",
     )
     gradient_checkpointing: bool = Field(False, description="recompute activations: less memory, slower")
     bf16: bool = Field(

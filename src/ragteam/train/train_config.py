@@ -67,7 +67,7 @@ DEFAULT_LR: dict[str, dict[str, float]] = {
     "prm": {"full": 1e-5, "lora": 1e-4},
 }
 """Each trainer's peak learning rate when `--lr` is not given, for full fine-tuning and for LoRA: the one
-table the trainers and `--lr`'s help read (PPO's are its own fields, `--ppo.lr` / `--ppo.critic-lr`)."""
+table the trainers and `--lr`'s help read (PPO's are its own fields, `--ppo.lr` / `--ppo.value-lr`)."""
 
 
 def _lr(value: float) -> str:

@@ -103,12 +103,12 @@ def load_checkpoint(run: Run, folder: Path) -> None:
 
 
 def apply_settings(learner: Learner) -> list[str]:
-    """Put this run's learning rates (--ppo.lr, --ppo.critic-lr) and weight decay on the restored optimizer
+    """Put this run's learning rates (--ppo.lr, --ppo.value-lr) and weight decay on the restored optimizer
     and schedule: each group's lr becomes the configured peak times the schedule's factor at the restored
     step, as if the run had been built with it. Returns what changed, as `--ppo.lr 1e-06 -> 2e-06`."""
     opts, sched = learner.opts, learner.scheduler
     groups = learner.optimizer.param_groups
-    names, peaks = ("--ppo.lr", "--ppo.critic-lr"), (opts.lr, opts.critic_lr)
+    names, peaks = ("--ppo.lr", "--ppo.value-lr"), (opts.lr, opts.value_lr)
     changed = [
         f"{name} {old:g} -> {new:g}" for name, old, new in zip(names, sched.base_lrs, peaks) if old != new
     ]

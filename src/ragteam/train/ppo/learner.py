@@ -88,14 +88,14 @@ def build_optimizer(
     ac: ActorCritic, opts: PPOOptions, device: torch.device, fused: bool = True
 ) -> torch.optim.Optimizer:
     """AdamW with two groups: the policy's weights at `lr`, the value model's (value head, and its trunk when
-    separate) at `critic_lr` when there is one. `fused=False`: the foreach kernel (FSDP's sharded
+    separate) at `value_lr` when there is one. `fused=False`: the foreach kernel (FSDP's sharded
     parameters)."""
     groups = [{"params": [p for p in ac.policy.parameters() if p.requires_grad], "lr": opts.lr}]
     if ac.has_critic:
         critic_params = [*ac.value_head.parameters()]
         if ac.critic_trunk is not None:
             critic_params += [p for p in ac.critic_trunk.parameters() if p.requires_grad]  # LoRA: its adapter
-        groups.append({"params": critic_params, "lr": opts.critic_lr})
+        groups.append({"params": critic_params, "lr": opts.value_lr})
     return torch.optim.AdamW(
         groups,
         weight_decay=opts.weight_decay,
