@@ -46,6 +46,10 @@ are the ones `ragteam WORDS --help` prints; *Default* is the value the command s
   (`ragteam.config.resolve`): field defaults < `--profile` < `train ppo`'s `--recipe` or `train sft`'s
   `--preset` < the file < flags. The run's `config.yaml` records every value under `config:` and where it
   came from under `sources:` (`default`, `profile`, `recipe`, `preset`, `file`, `flag`; `code` from Python).
+- **A team's own options.** A command that runs a workflow reads `--workflow` first (or the `--config`
+  file's, or the recipe's): options the team declares itself (its Workflow's `Options`, such as the
+  Search-R1 example's `--max-turns`, [extend.md](extend.md)) become flags of the command, and
+  `ragteam eval --workflow NAME --help` lists them. The tables below show the built-in workflows' options.
 - **Booleans** have a `--no-` form (`--progress` / `--no-progress`).
 - **Lists** take one or more values (`--kinds bm25 dense`); repeating the flag adds to the list.
 - Types and ranges are checked when the config is built; an error names the field and the value.
