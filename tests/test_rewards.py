@@ -152,3 +152,41 @@ def test_eval_scores_with_a_registered_reward(hotpot_small: Path, tmp_path: Path
         sum(r["answer-chars"] for r in rows) / len(rows)
     )
     assert {"em", "f1", "cover_em"} <= set(summary["metrics"])
+
+
+def _episodes(path: Path, answers: list[str]) -> Path:
+    from ragteam.rollout.traces import write_episodes
+    from ragteam.rollout.tree import Episode
+
+    episodes = []
+    for i, answer in enumerate(answers):
+        q = ragteam.Question(id=f"q{i}", question=f"Who {i}?", golden_answers=["A"])
+        ep = Episode(id=f"ep-{i}", workflow="test", question=q)
+        ep.add(Node(id=-1, parent=None, kind="policy", role="actor"))
+        ep.add(
+            Node(
+                id=-1, parent=0, kind="answer", answer=answer, rewards={"em": 0.0, "f1": 0.0, "cover_em": 0.0}
+            )
+        )
+        ep.status = "ok"
+        episodes.append(ep)
+    write_episodes(path, episodes)
+    return path
+
+
+def test_compare_pairs_two_runs_on_a_registered_reward(tmp_path: Path, registry, capsys) -> None:
+    """`compare --metrics NAME`: each answer scored with the reward (x100, as the metrics), paired; an unknown
+    name is refused with the known ones."""
+    from ragteam.cli.main import main
+
+    ragteam.register_reward("answer-chars", lambda leaf, question: float(len(leaf.answer or "")) / 10)
+    a = _episodes(tmp_path / "a.jsonl", ["x", "xy", "xyz", "x"])
+    b = _episodes(tmp_path / "b.jsonl", ["xx", "xyzw", "xyz", "xyz"])
+    assert main(["compare", str(a), str(b), "--metrics", "answer-chars", "f1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["metrics"]
+    assert result["answer-chars"]["a"] == pytest.approx(17.5) and result["answer-chars"][
+        "b"
+    ] == pytest.approx(30.0)
+    assert "mcnemar" not in result["answer-chars"] and result["f1"]["a"] == 0.0
+    assert main(["compare", str(a), str(b), "--metrics", "nope"]) == 1
+    assert "unknown reward 'nope'" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -39,10 +39,12 @@ with warnings.catch_warnings():
             description="run B (compared with A): an eval output folder or an episodes .jsonl (or .jsonl.gz) file",
             json_schema_extra={"positional": True},
         )
-        metrics: list[Literal["em", "f1", "cover_em", "mc_acc"]] = Field(
+        metrics: list[str] = Field(
             default_factory=lambda: ["em", "f1", "cover_em"],
             min_length=1,
-            description="metrics to compare (McNemar is added for the 0/1 ones: em, cover_em, mc_acc)",
+            description="metrics to compare: em, f1, cover_em, mc_acc, or any registered reward "
+            "(ragteam.register_reward; each answer scored with it); McNemar is added for the 0/1 ones: em, "
+            "cover_em, mc_acc",
         )
         intersect: bool = Field(
             False,
@@ -136,7 +138,13 @@ def render(result: dict[str, Any], a: str, b: str) -> str:
 def check_metrics(metrics: list[str], runs: dict[str, list[Episode]]) -> None:
     """ValueError naming a run that cannot have `mc_acc` (no multiple-choice question in it). Why: it was
     compared as 0.0 against 0.0, a difference of nothing that looked like a result. em, f1 and cover_em are
-    scored from gold answers, which every episode holds."""
+    scored from gold answers, which every episode holds. Any other name must be a registered reward
+    (`ragteam.metrics.rewards`: a ValueError naming the known ones)."""
+    from ragteam.metrics.rewards import get_reward
+
+    for m in metrics:
+        if m not in ("em", "f1", "cover_em", "mc_acc"):
+            get_reward(m)
     if "mc_acc" not in metrics:
         return
     for name, episodes in runs.items():

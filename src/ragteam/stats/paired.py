@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ragteam.rollout.tree import Episode
-from ragteam.stats.episodes import invalid_acts
+from ragteam.stats.episodes import invalid_acts, primary_leaf
 from ragteam.stats.scores import episode_scores
 
 PAIRED_METRICS = ("em", "f1", "cover_em")
@@ -212,14 +212,21 @@ def pair_episodes(
     return [(a[q], b[q]) for q in shared], len(only_a) + len(only_b)
 
 
-def _row(ep: Episode) -> dict[str, Any]:
+def _row(ep: Episode, rewards: Sequence[str] = ()) -> dict[str, Any]:
     """One episode's metric values x100, normalized answer and whether it failed. A failed or answerless
     episode scores 0 with answer "" (as in the eval report); scores missing on the leaf are recomputed
-    from its answer, as `ragteam eval` does."""
+    from its answer, as `ragteam eval` does. `rewards`: registered rewards (`ragteam.metrics.rewards`) scored
+    on the answer leaf too, as `ragteam eval --reward` scores them."""
+    from ragteam.credit import leaf_reward
     from ragteam.metrics.answer import normalize_answer, score_answer
+    from ragteam.metrics.rewards import for_question, get_reward
 
     scores = episode_scores(ep, score=score_answer)
     row: dict[str, Any] = {k: 100.0 * float(v) for k, v in (scores or {}).items()}
+    leaf = primary_leaf(ep) if scores is not None else None
+    for name in rewards:
+        if leaf is not None and name not in row:
+            row[name] = 100.0 * leaf_reward(leaf, for_question(get_reward(name), ep.question))
     row["failed"] = scores is None
     row["answer"] = "" if scores is None else normalize_answer(ep.answer)
     row["invalid"] = invalid_share(ep)
@@ -243,7 +250,8 @@ def compare_runs(
     normalized predictions differ), better and worse (by F1), failed episodes per run.
     """
     pairs, dropped = pair_episodes(a_episodes, b_episodes, intersect)
-    ra, rb = [_row(x) for x, _ in pairs], [_row(y) for _, y in pairs]
+    rewards = [m for m in metrics if m not in (*PAIRED_METRICS, "mc_acc")]
+    ra, rb = [_row(x, rewards) for x, _ in pairs], [_row(y, rewards) for _, y in pairs]
 
     def values(rows: list[dict[str, Any]], metric: str) -> list[float]:
         return [r.get(metric, 0.0) for r in rows]
