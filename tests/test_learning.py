@@ -4,7 +4,8 @@ The task: one role, one short reply per question, reward 1 when the reply's firs
 vocabulary (an even token id), else 0. The untrained tiny model starts near 0.5; any estimator wired right
 drives it to near 1 in a few updates, and one wired wrong (a sign flipped, a group key mixed up, advantages
 that never reach the loss, log-probs at the wrong temperature) does not. The loop is the trainer's own
-phases (`ppo.rollout`, `credit`, `advantages`, `update`) on the real engine and the real tiny model.
+phases (`phases.play`, `credit_samples`, `Learner.score`, `Learner.update`) on the real engine and the
+real tiny model.
 """
 
 from __future__ import annotations
