@@ -18,6 +18,11 @@ Other rollout backends (`--ppo.weight-sync`, `--rollout.workers`, docs/distribut
   rollout client switches to that name, and the previous adapter is unloaded. A new name per version means
   a new adapter id, so no prefix-cache entry of an older version can be reused.
 - `PushToWorkers`: rollouts on Ray actors (`--rollout.workers N`) that hold their own copy of the policy.
+- `PushToCopy`: FSDP's whole rollout copy of a sharded policy.
+
+Every copying push shares one bookkeeping (`Push`): a second push of the iteration the backend holds is
+skipped, and `pushes` / `pushed` count what was sent; those to a server share its folder, timeout, retries and
+key (`ServerPush`). A subclass says only how to send (`send`).
 """
 
 from __future__ import annotations
