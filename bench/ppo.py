@@ -35,7 +35,7 @@ optimizer's state allocation); the advantage pass that precedes it is not timed:
         by fixed --minibatch-sample chunks of the same seeded shuffle, so both sides take the same steps.
         `exp` comes from `Learner.score(samples)` (old/reference log-probs, values, GAE).
   ours-grpo  the same `Learner.update`, on a learner built as `--ppo.advantage grpo --ppo.normalize none
-        --ppo.kl-beta 0` builds it: `ActorCritic.from_policy(policy, critic=False)` (no value head, no
+        --ppo.kl-beta 0` builds it: `ActorCritic.from_policy(policy, value_model=False)` (no value head, no
         critic trunk, no value loss), AdamW over the policy alone; `exp` from `Learner.score`, whose
         estimator reads the samples' question groups (`Sample.group`, via `train/groups.group_ids`): (reward
         - group mean) / group std, the same for every token of a completion, not whitened again (TRL does
@@ -301,7 +301,7 @@ def side_ours(args: argparse.Namespace) -> dict:
         ref = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
         ref.eval().requires_grad_(False)
     # critic-free for GRPO: no value head, no critic trunk, no value pass or loss
-    ac = ActorCritic.from_policy(policy, shared=args.side == "ours-shared", critic=not grpo)
+    ac = ActorCritic.from_policy(policy, shared=args.side == "ours-shared", value_model=not grpo)
     ac.eval()
     critic_free = {"advantage": "grpo", "normalize": "none", "kl_beta": 0.0} if grpo else {}
     opts = PPOOptions(

@@ -70,13 +70,13 @@ def test_gae_batch_rows_are_independent_and_hole_equals_compacted_row():
     close(adv_c[0], adv[0, keep].tolist())
 
 
-def test_gae_has_no_gradient_and_is_registered_with_a_critic():
+def test_gae_has_no_gradient_and_is_registered_with_a_value_model():
     v = t(VALUES).requires_grad_()
     adv, ret = gae(t(REWARDS), t(MASK), v)
     assert not adv.requires_grad and not ret.requires_grad
-    assert get_advantage("gae").fn is gae and get_advantage("gae").critic
+    assert get_advantage("gae").fn is gae and get_advantage("gae").value_model
     assert not any(
-        ESTIMATORS[n].critic for n in ("grpo", "drgrpo", "rloo", "reinforce_pp", "tree_grpo", "sibling")
+        ESTIMATORS[n].value_model for n in ("grpo", "drgrpo", "rloo", "reinforce_pp", "tree_grpo", "sibling")
     )
     with pytest.raises(ValueError, match="needs a critic"):
         gae(t(REWARDS), t(MASK), None)

@@ -131,11 +131,11 @@ class ActorCritic(nn.Module):
         return self.has_critic and self.critic_trunk is None
 
     @classmethod
-    def from_policy(cls, policy: nn.Module, shared: bool = False, critic: bool = True) -> ActorCritic:
+    def from_policy(cls, policy: nn.Module, shared: bool = False, value_model: bool = True) -> ActorCritic:
         """Critic initialised from the policy: a copy of its trunk (or the trunk itself) and a zero value
-        head, so every state is worth 0 before the first update. `critic=False`: the policy alone (a
+        head, so every state is worth 0 before the first update. `value_model=False`: the policy alone (a
         critic-free estimator: no value head, no second trunk, no value pass)."""
-        if not critic:
+        if not value_model:
             return cls(policy, None, None)
         trunk = None if shared else copy.deepcopy(policy.get_decoder())
         hidden = policy.config.hidden_size

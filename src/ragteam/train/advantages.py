@@ -99,14 +99,14 @@ class LeafTable(NamedTuple):
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator: its function; whether it reads a critic's values; whether it compares
+    """A registered estimator: its function; whether it reads a value model's values (`value_model`); whether it compares
     episodes of one question (`groups`: needs --rollout.group-size > 1) or also the branches of one tree
     (`forks`: a forked rollout gives it something to compare with one episode per question); where the KL
     goes (`kl_in`) and how its advantages are normalised (`normalize`) under `--ppo.kl-in auto` and
     `--ppo.normalize auto`."""
 
     fn: AdvantageFn
-    critic: bool = False  # a value model is built, trained and scored only for these
+    value_model: bool = False  # a value model is built, trained and scored only for these
     groups: bool = False
     forks: bool = False
     kl_in: str = "loss"  # "loss": beta * k3 in the loss (DeepSeekMath); "reward": -beta * KL per token
@@ -126,7 +126,7 @@ RENAMED = {
 
 def register_advantage(
     name: str,
-    critic: bool = False,
+    value_model: bool = False,
     groups: bool = False,
     forks: bool = False,
     kl_in: str = "loss",
@@ -141,7 +141,7 @@ def register_advantage(
     def deco(fn: AdvantageFn) -> AdvantageFn:
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = Estimator(fn, critic, groups, forks, kl_in, normalize)
+        ESTIMATORS[name] = Estimator(fn, value_model, groups, forks, kl_in, normalize)
         return fn
 
     return deco
@@ -269,7 +269,7 @@ def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
 # ------------------------------------------------------------------------------------------ estimators
 
 
-@register_advantage("gae", critic=True, kl_in="reward", normalize="global")
+@register_advantage("gae", value_model=True, kl_in="reward", normalize="global")
 def gae(
     token_rewards: Tensor,
     mask: Tensor,

@@ -35,7 +35,7 @@ def advantage_help() -> str:
 
     def needs(name: str) -> str:
         e = ESTIMATORS[name]
-        if e.critic:
+        if e.value_model:
             return "a critic"
         return (
             f"groups: --rollout.group-size K{' or forks' if e.forks else ''}" if e.groups else "critic-free"

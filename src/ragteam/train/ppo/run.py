@@ -146,7 +146,7 @@ def build(cfg: PPOConfig) -> Run:
         policy = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
         ref = AutoModelForCausalLM.from_pretrained(init, dtype=dtype).to(device).eval().requires_grad_(False)
     share_prefix = shares_prefix(cfg.ppo.share_prefix, policy, dist.main)
-    ac = ActorCritic.from_policy(policy, shared=cfg.ppo.shared_value, critic=estimator.critic)
+    ac = ActorCritic.from_policy(policy, shared=cfg.ppo.shared_value, value_model=estimator.value_model)
     if resume_from is not None:
         ac.load_critic(resume_from)
     ac.eval()  # no dropout in rollouts or updates; PPO ratios compare like with like
