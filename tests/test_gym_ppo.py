@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragteam.config import ConfigError
 from ragteam.train.ppo_config import PPOConfig
 
 TOKENS = 8192
@@ -61,7 +60,7 @@ def gym_cfg(data: Path, out: Path, **over) -> PPOConfig:
 
 
 def test_gym_recipe_needs_a_prm_and_gym_outcome_is_the_outcome_recipe(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"--prm\.model DIR.*gym-outcome"):
+    with pytest.raises(ValueError, match=r"--prm\.model DIR.*gym-outcome"):  # pydantic's, naming the flag
         PPOConfig(recipe="gym", data="q", out=str(tmp_path))
     gym = PPOConfig(recipe="gym", data="q", out=str(tmp_path), prm={"model": "prm"})
     assert (gym.ppo.process_reward, gym.ppo.credit, gym.workflow) == ("prm", "process", "gym:re2search")
@@ -69,7 +68,7 @@ def test_gym_recipe_needs_a_prm_and_gym_outcome_is_the_outcome_recipe(tmp_path: 
     assert (outcome.ppo.process_reward, outcome.ppo.credit) == ("none", "outcome")
     assert (outcome.workflow, outcome.max_steps, outcome.ppo.lr) == (gym.workflow, 10, gym.ppo.lr)
     mixed = {"recipe": "gym", "data": "q", "out": "o", "prm": {"model": "p"}, "ppo": {"credit": "outcome"}}
-    with pytest.raises(ConfigError, match="only --ppo.credit process reads"):
+    with pytest.raises(ValueError, match="only --ppo.credit process reads"):
         PPOConfig.model_validate(mixed)
 
 
