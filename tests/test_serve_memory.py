@@ -166,3 +166,25 @@ def test_a_row_that_fits_alone_is_answered_after_its_batch_ran_out_of_memory(tin
     tiny.batch_hook = None
     for text, reply in zip(texts, replies):
         assert reply.json()["choices"][0]["message"]["content"] == _alone(tiny, text)
+
+
+def test_serve_llm_builds_its_model_through_the_one_model_builder():
+    """`serve llm`'s flat flags become the `ModelConfig` every command's model is built from, and its token
+    budget and prefill chunk reach the local model through `build_chat_model`; an HTTP model takes neither."""
+    from ragteam.cli import serve_llm
+    from ragteam.llm.config import ModelConfig
+    from ragteam.llm.factory import build_chat_model
+
+    cfg = serve_llm.Config(
+        model="tiny", device=TEST_DEVICE, max_batch_size=3, max_batch_tokens=512, prefill_chunk=64
+    )
+    described = serve_llm.model_config(cfg)
+    assert described == ModelConfig(backend="local", model="tiny", device=TEST_DEVICE, max_batch_size=3)
+    model = build_chat_model(
+        described, max_batch_tokens=cfg.max_batch_tokens, prefill_chunk=cfg.prefill_chunk
+    )
+    assert isinstance(model, LocalChatModel)
+    assert (model.max_batch_size, model.max_batch_tokens, model.prefill_chunk) == (3, 512, 64)
+    remote = ModelConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="m")
+    with pytest.raises(ValueError, match="max_batch_tokens apply to a local model only"):
+        build_chat_model(remote, max_batch_tokens=512)
