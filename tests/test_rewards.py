@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import ragteam
+import ragteam.api  # noqa: F401  (--help lists the rewards known at its import: before these tests' own)
 from ragteam.metrics import rewards
 from ragteam.rollout.tree import Node
 
