@@ -6,28 +6,29 @@ baseline.
 
 Each iteration runs six named, timed phases, top to bottom in `train_ppo` (`loop.py`):
 
-1. rollout     - `phases.play`: the engine plays the workflow on this iteration's questions with the current weights,
-                 sampling at the recipe's temperature: K episodes per question (`--rollout.group-size`),
-                 C-3PO's tree where the recipe forks; every act's prompt ids, completion ids, log-probs;
-2. credit      - `phases.credit_samples`: a registered credit function (`ragteam.credit`: outcome, tree_mc, tree_mean, mmoa,
-                 process) turns each tree into one reward per policy node (with `--ppo.process-reward
-                 prm`, the gym recipe, each act is first scored by the process reward model
-                 `--prm.model`: RAG-Gym's r(s, a)); each credited node of a trained role
-                 (`--ppo.train-roles`) becomes a `Sample`;
-3. advantages  - `Learner.score`, one pass without gradients: old log-probs (and values, with a critic) under the current
-                 weights, reference log-probs under the frozen start, all at the sampling temperature; the
-                 node's reward at its last token, minus beta * KL at every token where the KL goes in the
-                 reward (`--ppo.kl-in`: gae, reinforce_pp; the group estimators pay it in the loss); then
-                 the registered estimator (`--ppo.advantage`: gae, grpo, drgrpo, rloo, reinforce_pp,
-                 tree_grpo, sibling; `train/advantages.py`) with each sample's question group, episode,
-                 fork and leaf trajectories, and the normalisation (`--ppo.normalize`: auto, global, role,
-                 none);
-4. update      - `Learner.update`, `ppo.epochs` passes of shuffled token-budgeted minibatches: the registered policy loss
-                 (`--ppo.loss`) + vf_coef * clipped value loss (with a critic) - ent_coef * entropy, over the
-                 trained completion tokens (prompts, and so observations, are never trained); gradient
-                 norm clipped and logged; one optimizer step per minibatch;
-5. evaluate    - `phases.held_out`: greedy rollouts on held-out questions (`--eval-data`), every `--eval-every` iterations and
-                 after the last;
+1. rollout     - `phases.play`: the engine plays the workflow on this iteration's questions with the current
+                 weights, sampling at the recipe's temperature: K episodes per question
+                 (`--rollout.group-size`), C-3PO's tree where the recipe forks; every act's prompt ids,
+                 completion ids, log-probs;
+2. credit      - `phases.credit_samples`: a registered credit function (`ragteam.credit`: outcome, tree_mc,
+                 tree_mean, mmoa, process) turns each tree into one reward per policy node from the leaves'
+                 registered reward (`--ppo.reward`; with `--ppo.process-reward prm`, the gym recipe, each act
+                 is first scored by the process reward model `--prm.model`: RAG-Gym's r(s, a)); each
+                 credited node of a trained role (`--ppo.train-roles`) becomes a `Sample`;
+3. advantages  - `Learner.score`, one pass without gradients: old log-probs (and values, with a critic) under
+                 the current weights, reference log-probs under the frozen start, all at the sampling
+                 temperature; the node's reward at its last token, minus beta * KL at every token where the
+                 KL goes in the reward (`--ppo.kl-in`: gae, reinforce_pp; the group estimators pay it in the
+                 loss); then the registered estimator (`--ppo.advantage`: gae, grpo, drgrpo, rloo,
+                 reinforce_pp, tree_grpo, sibling; `train/advantages.py`) with each sample's question group,
+                 episode, fork and leaf trajectories, and the normalisation (`--ppo.normalize`: auto,
+                 global, role, none);
+4. update      - `Learner.update`, `ppo.epochs` passes of shuffled token-budgeted minibatches: the registered
+                 policy loss (`--ppo.loss`) + vf_coef * clipped value loss (with a critic) - ent_coef *
+                 entropy, over the trained completion tokens (prompts, and so observations, are never
+                 trained); gradient norm clipped and logged; one optimizer step per minibatch;
+5. evaluate    - `phases.held_out`: greedy rollouts on held-out questions (`--eval-data`), every
+                 `--eval-every` iterations and after the last;
 6. checkpoint  - every `--save-every` iterations (`checkpoint.py`); `--resume` continues after the
                  newest one, losing and repeating no update.
 
