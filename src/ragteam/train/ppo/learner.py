@@ -203,11 +203,11 @@ class Learner:
 
     @torch.no_grad()
     def score(self, samples: list[Sample], ids: GroupIds | None = None) -> Experience:
-        """Phase 3: old log-probs (and values) under the current weights, reference log-probs, token rewards,
-        then the configured estimator over the samples' groups, episodes and leaves (`ids`, from `phases.trained_samples`;
-        computed when not given) and the configured normalisation. The token rewards hold -beta * KL only where
-        the KL goes in the reward (`--ppo.kl-in`, by default the estimator's: gae and reinforce_pp); elsewhere
-        the update adds beta * KL to the loss."""
+        """Phase 3: old log-probs (and values) under the current weights, reference log-probs, token
+        rewards, then the configured estimator over the samples' groups, episodes and leaves (`ids`, from
+        `phases.trained_samples`; computed when not given) and the configured normalisation. The token rewards
+        hold -beta * KL only where the KL goes in the reward (`--ppo.kl-in`, by default the estimator's: gae
+        and reinforce_pp); elsewhere the update adds beta * KL to the loss."""
         cfg, dev = self.opts, self.device
         critic = self.ac.has_critic
         # a reply decoded under a server's grammar is scored under the whitelist it spells
@@ -273,19 +273,19 @@ class Learner:
         )
 
     def update(self, exp: Experience, iteration: int) -> RoleMeters:
-        """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per role.
-        With `--ppo.target-kl`, the update stops before a step once a minibatch's KL(old || current) per token
-        passes 1.5 x the target (as Stable-Baselines3 does): Adam moves every weight by about the learning rate
-        whatever the batch, so on a few samples one step can already move the policy a long way.
+        """Phase 4: PPO epochs over shuffled minibatches; returns token-weighted statistics, overall and per
+        role. With `--ppo.target-kl`, the update stops before a step once a minibatch's KL(old || current) per
+        token passes 1.5 x the target (as Stable-Baselines3 does): Adam moves every weight by about the
+        learning rate whatever the batch, so on a few samples one step can already move the policy a long way.
 
         Under torchrun each rank takes a token-balanced share of every minibatch; its loss is scaled by the
-        world size because DDP averages the ranks' gradients, so the gradient is the token mean over the whole
-        minibatch, as in one process (train/distributed.py).
+        world size because DDP averages the ranks' gradients, so the gradient is the token mean over the
+        whole minibatch, as in one process (train/distributed.py).
 
-        Where the KL goes in the loss (`--ppo.kl-in loss`, the critic-free estimators' default: DeepSeekMath's
-        GRPO), the loss adds beta * the token mean of `--ppo.kl-loss-estimator` (k3) of the current policy
-        against the reference, with its gradient; beta is the KL controller's (`self.kl`: fixed, adaptive or
-        annealed), as it would scale the in-reward penalty."""
+        Where the KL goes in the loss (`--ppo.kl-in loss`, the critic-free estimators' default:
+        DeepSeekMath's GRPO), the loss adds beta * the token mean of `--ppo.kl-loss-estimator` (k3) of the
+        current policy against the reference, with its gradient; beta is the KL controller's (`self.kl`:
+        fixed, adaptive or annealed), as it would scale the in-reward penalty."""
         cfg, dev, dist = self.opts, self.device, self.dist
         pg_loss = get_policy_loss(cfg.loss)
         kl_coef = self.kl_loss_coef()

@@ -42,8 +42,8 @@ def start(cfg: PPOConfig) -> Run:
 
 def budget_spent(cfg: PPOConfig, state: dict[str, Any]) -> str | None:
     """Which budget the run has spent ("token", "time"), if any: checked after each rollout, so the run ends
-    with that iteration's update, evaluation and checkpoint. The time budget counts the wall time up to the end
-    of this rollout, so a run passes it by at most one update, evaluation and checkpoint: leave that much
+    with that iteration's update, evaluation and checkpoint. The time budget counts the wall time up to the
+    end of this rollout, so a run passes it by at most one update, evaluation and checkpoint: leave that much
     room under a hard limit."""
     if cfg.budget_tokens is not None and state["generated_tokens"] >= cfg.budget_tokens:
         return f"token ({cfg.budget_tokens})"
@@ -53,7 +53,8 @@ def budget_spent(cfg: PPOConfig, state: dict[str, Any]) -> str | None:
 
 
 def train_ppo(cfg: PPOConfig) -> Path:
-    """Run (or resume) PPO as configured; returns the output folder holding the final policy (and value model).
+    """Run (or resume) PPO as configured; returns the output folder holding the final policy (and value
+    model).
 
     Raises `NothingTrained` (after writing the log, curves and policy, for inspection) when every iteration
     of the run (a resumed run's earlier ones included) left every act out of the update: a run that learned
