@@ -129,7 +129,8 @@ def test_an_unknown_reward_fails_before_any_model_loads(hotpot_small: Path, tmp_
 
 
 def test_eval_scores_with_a_registered_reward(hotpot_small: Path, tmp_path: Path, registry) -> None:
-    """`eval --reward NAME`: each prediction row and the summary carry the reward beside EM / F1 / cover-EM."""
+    """`eval --reward NAME`: each prediction row and the summary carry the reward beside EM / F1 / cover-EM,
+    and the table on the terminal and in report.md has a column of its own for it."""
     ragteam.register_reward("answer-chars", lambda leaf, question: float(len(leaf.answer or "")))
     cfg = ragteam.EvalConfig(
         workflow="standard-rag",
@@ -144,8 +145,12 @@ def test_eval_scores_with_a_registered_reward(hotpot_small: Path, tmp_path: Path
         progress=False,
         reward="answer-chars",
     )
-    summary = ragteam.evaluate(cfg, log=lambda line: None)
+    printed: list[str] = []
+    summary = ragteam.evaluate(cfg, log=printed.append)
     rows = [json.loads(x) for x in (tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()]
+    header = "| workflow | n | EM | F1 | cover-EM | answer-chars | failed |"
+    assert header in "\n".join(printed)
+    assert header in (tmp_path / "eval" / "report.md").read_text(encoding="utf-8")
     assert [r["answer-chars"] for r in rows] == [
         0.0 if r["failed"] else float(len(r["prediction"])) for r in rows
     ]

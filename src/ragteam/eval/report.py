@@ -25,9 +25,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def metrics_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """One row per eval summary: workflow, n, each metric in percent, failed questions."""
+    """One row per eval summary: workflow, n, each metric in percent, failed questions. A registered reward
+    that `eval --reward NAME` scored is a column of its own after the built-in metrics, under its name, so
+    the reward a user defined is on screen where the answer metrics are."""
     keys = [k for k in METRIC_LABELS if any(k in s["metrics"] for s in summaries)]
-    header = ["workflow", "n", *(METRIC_LABELS[k] for k in keys), "failed"]
+    keys += list(dict.fromkeys(k for s in summaries for k in s["metrics"] if k not in METRIC_LABELS))
+    header = ["workflow", "n", *(METRIC_LABELS.get(k, k) for k in keys), "failed"]
     rows = [
         [
             s["workflow"],
