@@ -49,7 +49,11 @@ class EvalConfig(TeamConfig):
         "lines listed in skipped.jsonl)",
     )
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="optional LLM judge endpoint")
-    reward: str | None = Field(None, description=eval_reward_help())
+    reward: str | None = Field(
+        None,
+        description=eval_reward_help(),  # --help reads the registry again: a named team's rewards too
+        json_schema_extra={"help_from": "ragteam.metrics.rewards:eval_reward_help"},
+    )
     overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
     repair: bool = Field(
         False,

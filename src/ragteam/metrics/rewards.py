@@ -110,7 +110,11 @@ def get_reward(name: str) -> RewardFn:
     try:
         return REWARDS[name]
     except KeyError:
-        raise ValueError(f"unknown reward {name!r}; known: {', '.join(sorted(reward_names()))}") from None
+        raise ValueError(
+            f"unknown reward {name!r}; known: {', '.join(sorted(reward_names()))} (a reward registered in a "
+            f"module is known once that module is imported, e.g. by naming its team; an installed package "
+            f"declares it in the entry-point group {ENTRY_POINT_GROUP})"
+        ) from None
 
 
 def for_question(reward: RewardFn, question: Question) -> Callable[[Any], float]:
