@@ -56,9 +56,9 @@ def test_the_terminal_line_says_what_was_trained_and_the_credits_reward() -> Non
         "train": {"policy_loss": 0.1},
         "seconds": {"rollout": 3.0},
     }
-    line = iteration_line(row, "f1-minus-searches")
+    line = iteration_line(row, "outcome", "f1-minus-searches")
     assert line.startswith("ppo it 3: trained 11/24 acts (uninformative_group 12, too_long 1) | ")
-    assert "reward (f1-minus-searches) 0.250/act 0.500/episode | answer f1 0.400" in line
+    assert "reward (f1-minus-searches, outcome credit) 0.250/act 0.500/episode | answer f1 0.400" in line
 
 
 def test_the_credits_reward_is_averaged_per_act_and_per_episode() -> None:

@@ -309,8 +309,8 @@ def test_the_ppo_line_says_the_share_of_prompt_tokens_prefilled():
             }
         },
     }
-    assert "prefilled 0.25 of 8000 prompt tokens" in iteration_line(row, "f1")
-    assert "prefilled" not in iteration_line({**row, "prefill": {}}, "f1")
+    assert "prefilled 0.25 of 8000 prompt tokens" in iteration_line(row, "outcome", "f1")
+    assert "prefilled" not in iteration_line({**row, "prefill": {}}, "outcome", "f1")
 
 
 def test_a_budget_smaller_than_the_batch_evicts_and_changes_no_token(models):

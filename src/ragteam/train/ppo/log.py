@@ -255,14 +255,16 @@ def open_scalars(run: Run) -> Scalars | None:
     return Scalars(writer, wandb) if writer is not None or wandb is not None else None
 
 
-def iteration_line(row: dict[str, Any], credit: str) -> str:
+def iteration_line(row: dict[str, Any], credit: str, reward: str) -> str:
     """An iteration's terminal line: the acts trained (and why the others were not), the training reward as
-    the credit function `credit` gave it, the answer's metrics, KL, the losses, held-out F1, phase seconds."""
+    the credit function `credit` gave it out of the answers' reward `reward` (both named, as the user chose
+    them: `--ppo.reward` is often the user's own), the answer's metrics, KL, the losses, held-out F1, phase
+    seconds."""
     r, t, c = row["reward"], row.get("train", {}), row.get("credit") or {}
     ev = row.get("eval") or {}
     parts = [f"ppo it {row['iteration']}: {act_summary(row['acts'])}"]
     if c:
-        parts.append(f"reward ({credit}) {c['act']:.3f}/act {c['episode']:.3f}/episode")
+        parts.append(f"reward ({reward}, {credit} credit) {c['act']:.3f}/act {c['episode']:.3f}/episode")
     parts += [
         f"answer f1 {r['f1']:.3f} cover_em {r['cover_em']:.3f}",
         f"kl {row.get('kl_mean', 0):.4f} beta {row['kl_beta']:.3f}",
@@ -283,7 +285,7 @@ def log_iteration(run: Run, row: dict[str, Any]) -> None:
     if run.scalars is not None:
         values = {k: v for k, v in flatten(row, sep="/").items() if k not in ("step", "iteration", "time")}
         run.scalars.log(values, row["step"])
-    print(iteration_line(row, run.cfg.ppo.credit), file=sys.stderr, flush=True)
+    print(iteration_line(row, run.cfg.ppo.credit, run.cfg.ppo.reward), file=sys.stderr, flush=True)
     for warning in row.get("warnings", []):
         print(f"ppo it {row['iteration']}: WARNING {warning}", file=sys.stderr, flush=True)
 
