@@ -196,3 +196,51 @@ def test_compare_pairs_two_runs_on_a_registered_reward(tmp_path: Path, registry,
     assert "mcnemar" not in result["answer-chars"] and result["f1"]["a"] == 0.0
     assert main(["compare", str(a), str(b), "--metrics", "nope"]) == 1
     assert "unknown reward 'nope'" in capsys.readouterr().err
+
+
+TEAM_WITH_A_REWARD = """
+import ragteam
+from ragteam import Answer, Workflow
+
+
+class Team(Workflow):
+    name = "team-with-a-reward"
+    roles = ()
+    needs = frozenset()
+
+    def run(self, question):
+        return Answer("")
+        yield
+
+
+@ragteam.register_reward("shorter-is-better")
+def shorter(leaf, question):
+    return -len(leaf.answer or "")
+
+
+@ragteam.register_credit("all-the-same")
+def same(episode, reward):
+    return {}
+"""
+
+
+def test_a_team_named_by_module_path_lists_its_reward_and_credit_in_help(tmp_path: Path) -> None:
+    """A reward and a credit registered in a team's module, the team named as `--workflow module:Class` (not
+    installed): `--help` lists them under `eval --reward`, `train ppo --ppo.reward` and `--ppo.credit`, read
+    when the parser is built, after the team's module was imported."""
+    import os
+    import subprocess
+
+    (tmp_path / "rewardteam.py").write_text(TEAM_WITH_A_REWARD, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+
+    def help_of(*command: str, flag: str) -> str:
+        shown = subprocess.run(
+            [sys.executable, "-m", "ragteam.cli.main", *command, "--workflow", "rewardteam:Team", "--help"],
+            capture_output=True, text=True, env=env, check=True,
+        ).stdout  # fmt: skip
+        return " ".join(shown[shown.rindex(flag) :].split()[:40])  # the option's description, not the usage
+
+    assert "shorter-is-better" in help_of("eval", flag="--reward REWARD")
+    assert "shorter-is-better" in help_of("train", "ppo", flag="--ppo.reward PPO.REWARD")
+    assert "all-the-same" in help_of("train", "ppo", flag="--ppo.credit PPO.CREDIT")

@@ -45,6 +45,15 @@ def advantage_help() -> str:
     return f"advantage estimator (train/advantages.py; register your own with ragteam.register_advantage): {names}"
 
 
+def reward_option_help() -> str:
+    """`--ppo.reward`'s help, its names read from the registry when the parser is built: after the named
+    team's module is imported, so a reward it registers is listed (`--workflow pkg.module:Team`)."""
+    return reward_help() + (
+        " (f1, em, cover_em against the gold answers; judge: 1/0 from the LLM judge at --judge.base-url, every "
+        "answer leaf of an iteration judged in one batch)"
+    )
+
+
 def loss_help() -> str:
     """`--ppo.loss`'s help, its names read from the registry (`register_policy_loss`)."""
     from ragteam.train.losses import POLICY_LOSSES
@@ -57,7 +66,11 @@ class PPOOptions(LoraFields):
     the policy trains a LoRA adapter and the KL reference is the same model with the adapter switched off
     (no second copy in memory); a separate critic trains an adapter of its own."""
 
-    credit: str = Field("outcome", description=credit_help())
+    credit: str = Field(
+        "outcome",
+        description=credit_help(),  # --help reads the registry again: a named team's credits too
+        json_schema_extra={"help_from": "ragteam.credit:credit_help"},
+    )
     advantage: str = Field(
         "gae",
         description="advantage estimator (train/advantages.py): gae, grpo, drgrpo, rloo, ... (--help lists them)",
@@ -93,8 +106,8 @@ class PPOOptions(LoraFields):
     )
     reward: str = Field(
         "f1",
-        description=reward_help() + " (f1, em, cover_em against the gold answers; judge: 1/0 from the LLM "
-        "judge at --judge.base-url, every answer leaf of an iteration judged in one batch)",
+        description=reward_option_help(),
+        json_schema_extra={"help_from": "ragteam.train.ppo_config:reward_option_help"},
     )
     process_reward: Literal["none", "prm"] = Field(
         "none",
