@@ -69,7 +69,7 @@ def bench_ray(args: argparse.Namespace) -> list[dict]:
 def bench_torchrun(args: argparse.Namespace) -> list[dict]:
     ppo = [
         "-m", "ragteam.cli.main", "train", "ppo", "--recipe", "mmoa", "--data", str(args.data),
-        "--init", args.model, "--limit", "64", "--iterations", "1", "--questions-per-iteration",
+        "--policy.model", args.model, "--limit", "64", "--iterations", "1", "--questions-per-iteration",
         str(args.questions), "--variant", "s-g", "--topk", "3", "--candidates", "3",
         "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard",
     ]  # fmt: skip

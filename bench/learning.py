@@ -58,7 +58,7 @@ def command(args: argparse.Namespace, side: str, out: Path) -> list[str]:
         "--offset", str(args.offset), "--limit", str(args.questions),
         "--questions-per-iteration", str(args.questions), "--rollout.group-size", str(args.group_size),
         "--rollout.max-tokens", str(args.max_tokens), "--iterations", str(args.iterations),
-        "--init", args.init, "--out", str(out), "--ppo.lr", str(args.lr), "--ppo.value-lr", str(args.lr),
+        "--policy.model", args.init, "--out", str(out), "--ppo.lr", str(args.lr), "--ppo.value-lr", str(args.lr),
         "--ppo.kl-beta", "0", "--ppo.kl-anneal-to", "0", "--ppo.kl-beta-min", "0",
         "--ppo.lr-schedule", "constant", "--threads", str(args.threads), "--no-progress", "--no-tensorboard",
         *SIDE_FLAGS[side], *(["--resume"] if any(out.glob("checkpoint-*")) else []),

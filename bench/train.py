@@ -80,8 +80,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
     from transformers.trainer_utils import SaveStrategy
 
     from ragteam.train.data import read_sft_rows
-    from ragteam.train.sft import SFTOptions, build_sft_trainer
-    from ragteam.train.train_config import TrainConfig
+    from ragteam.train.sft import SFTConfig, build_sft_trainer
     from ragteam.train.trl_args import setup_libraries
 
     setup_libraries()  # as `ragteam train` does (CPU: the LM head scores only trained positions)
@@ -90,10 +89,10 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
         data = Path(tmp) / "sft.jsonl"
         rows = synthetic_rows(Path(args.data), args.rows)
         data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        cfg = TrainConfig(
+        cfg = SFTConfig(
             data=str(data),
             out=str(Path(tmp) / "out"),
-            init=args.model,
+            policy={"model": args.model},
             lora=kind == "lora",
             max_steps=args.steps,
             batch_size=args.batch_size,
@@ -102,10 +101,9 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
             tensorboard=False,
             progress=False,
             device=args.device,
+            sft={"packing": layout == "packed"},
         )
-        trainer, _ = build_sft_trainer(
-            cfg, SFTOptions(packing=layout == "packed"), read_sft_rows(data), lr=1e-5
-        )
+        trainer, _ = build_sft_trainer(cfg, read_sft_rows(data), lr=1e-5)
         trainer.args.save_strategy = SaveStrategy.NO  # timing only: no checkpoint at the end
 
         ends: dict[int, float] = {}

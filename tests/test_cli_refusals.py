@@ -62,3 +62,44 @@ def test_a_module_path_that_is_no_workflow_is_refused_before_it_is_called(
     err = capsys.readouterr().err
     assert f"workflow '{spec}'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # nothing ran: os.system(cfg) would have tried a command
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["train", "sft", "--data", "d", "--out", "o", "--init", "tiny"], "--init is now --policy.model"),
+        (["train", "dpo", "--data", "d", "--out", "o", "--init=runs/sft"], "--init is now --policy.model"),
+        (["train", "ppo", "--data", "d", "--out", "o", "--init", "tiny"], "--init is now --policy.model"),
+        (["train", "prm", "--data", "d", "--out", "o", "--init", "tiny"], "--init is now --prm.model"),
+        (
+            ["collect", "sft", "--workflow", "c3po", "--teacher.max-batch-size", "8"],
+            "--teacher.max-batch-size is now --policy.max-batch-size",
+        ),
+        (["demo", "--model.model", "tiny"], "--model.model is now --policy.model"),
+        (["serve", "llm", "--model", "tiny"], "--model is now --model.model"),
+        (["serve", "llm", "--threads", "1"], "--threads is now --model.threads"),
+    ],
+)
+def test_a_models_former_spelling_is_refused_naming_the_new_one(argv, said, capsys):
+    """One spelling for a model on every command (a ModelConfig group named for its role): the former
+    spellings are no aliases; the command stops before it parses, naming what to write instead."""
+    assert main(argv) == 2
+    assert f"ragteam: {said}\n" == capsys.readouterr().err
+
+
+def test_the_new_spellings_reach_the_configs():
+    from ragteam.cli.main import command_config
+    from ragteam.config import load_config
+    from ragteam.train.ppo_config import PPOConfig
+
+    for module, flag in (("train_sft", "policy"), ("train_dpo", "policy"), ("train_prm", "prm")):
+        cls = __import__(f"ragteam.cli.{module}", fromlist=["Config"]).Config
+        cfg = load_config(command_config(cls, []), overrides={"data": "d", "out": "o", flag: {"model": "m"}})
+        assert getattr(cfg, flag).model == "m" and "init" not in type(cfg).model_fields
+    ppo = PPOConfig(
+        data="d", out="o", policy={"backend": "openai", "model": "runs/sft"}, ppo={"served_name": "p"}
+    )
+    assert (
+        ppo.policy.model == "runs/sft" and ppo.served_policy().model == "p"
+    )  # start weights; the server's name
+    assert PPOConfig(data="d", out="o", policy={"model": "runs/sft"}).served_policy().model == "runs/sft"

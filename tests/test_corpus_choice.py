@@ -104,7 +104,7 @@ def test_a_profiles_corpus_yields_to_a_named_index_a_users_clashes(hotpot12, tmp
 def test_collect_has_the_option_and_records_its_corpus(hotpot12, tmp_path):
     out = tmp_path / "collect"
     args = ["collect", "sft", "--workflow", "mmoa", "--data", str(hotpot12), "--out", str(out)]
-    args += ["--teacher.model", "tiny", "--rollout.max-tokens", "8", "--samples", "1", "--limit", "2"]
+    args += ["--policy.model", "tiny", "--rollout.max-tokens", "8", "--samples", "1", "--limit", "2"]
     args += ["--no-progress", "--retriever.kind", "bm25", "--corpus", "pooled", "--variant", "s-g"]
     assert main(args) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -16,7 +16,7 @@ import pytest
 from ragteam.cli.main import main
 
 ARGS = [
-    "--model.model", "tiny", "--model.threads", "1", "--questions", "2", "--sft-steps", "1",
+    "--policy.model", "tiny", "--policy.threads", "1", "--questions", "2", "--sft-steps", "1",
     "--ppo-iterations", "1", "--ppo-questions", "2", "--workflows", "standard-rag", "c3po", "mmoa",
     "--teams", "c3po", "mmoa", "--no-progress",
 ]  # fmt: skip

@@ -67,7 +67,7 @@ def test_one_process_shares_are_the_whole_list() -> None:
 
 def _ppo_argv(data: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "train", "ppo", "--recipe", "mmoa", "--data", str(data), "--out", str(out), "--init", "tiny",
+        "train", "ppo", "--recipe", "mmoa", "--data", str(data), "--out", str(out), "--policy.model", "tiny",
         "--limit", "12", "--iterations", "2", "--questions-per-iteration", "4", "--variant", "s-g",
         "--topk", "2", "--candidates", "2", "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard",
         "--ppo.max-sample-tokens", str(TOKENS), "--ppo.micro-tokens", "2500", "--ppo.minibatch-tokens",
@@ -111,7 +111,7 @@ def test_sft_on_two_gloo_ranks_equals_one_process(tmp_path: Path) -> None:
 
     data = write_jsonl(tmp_path / "sft.jsonl", [sft_row(i) for i in range(8)])
     argv = [
-        "train", "sft", "--data", str(data), "--init", "tiny", "--max-length", "256", "--device", "cpu",
+        "train", "sft", "--data", str(data), "--policy.model", "tiny", "--max-length", "256", "--device", "cpu",
         "--no-progress", "--no-tensorboard", "--max-steps", "2", "--lr", "1e-3",
     ]  # fmt: skip
     _run([*argv, "--batch-size", "4", "--out", str(tmp_path / "one")], 1)

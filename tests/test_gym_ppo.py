@@ -42,7 +42,7 @@ def gym_cfg(data: Path, out: Path, **over) -> PPOConfig:
         recipe="gym",
         data=str(data),
         out=str(out),
-        init="tiny",
+        policy={"model": "tiny"},
         limit=6,
         iterations=1,
         questions_per_iteration=2,

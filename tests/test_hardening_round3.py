@@ -355,17 +355,20 @@ def test_train_and_collect_refuse_an_eval_folder_and_train_resumes_its_own(hotpo
     train = [
         "--data",
         str(rows),
-        "--init",
-        "tiny",
         "--batch-size",
         "2",
         "--max-length",
         "64",
         "--no-progress",
     ]
-    for cmd in (["train", "sft"], ["train", "dpo"], ["train", "prm"]):
+    policy = ["--policy.model", "tiny"]
+    for cmd, start in (
+        (["train", "sft"], policy),
+        (["train", "dpo"], policy),
+        (["train", "prm"], ["--prm.model", "tiny"]),
+    ):
         _one_line_error(
-            _cli(*cmd, *train, "--out", str(eval_dir)), "written by `ragteam eval`", "episodes.jsonl"
+            _cli(*cmd, *train, *start, "--out", str(eval_dir)), "written by `ragteam eval`", "episodes.jsonl"
         )
     ppo = [
         "train",
@@ -374,13 +377,13 @@ def test_train_and_collect_refuse_an_eval_folder_and_train_resumes_its_own(hotpo
         "mmoa",
         "--data",
         str(hotpot3),
-        "--init",
+        "--policy.model",
         "tiny",
         "--out",
         str(eval_dir),
     ]
     _one_line_error(_cli(*ppo), "written by `ragteam eval`")
-    teacher = ["--teacher.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--no-progress"]
+    teacher = ["--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--no-progress"]
     collect = [
         "collect",
         "sft",
@@ -396,16 +399,28 @@ def test_train_and_collect_refuse_an_eval_folder_and_train_resumes_its_own(hotpo
     assert _contents(eval_dir) == before
     # its own run: trained, then resumed from its checkpoint; another trainer may not write into it
     out = tmp_path / "sft"
-    first = _cli("train", "sft", *train, "--out", str(out), "--max-steps", "1", "--save-steps", "1")
+    first = _cli("train", "sft", *train, *policy, "--out", str(out), "--max-steps", "1", "--save-steps", "1")
     assert first.returncode == 0, first.stderr[-2000:]
     again = _cli(
-        "train", "sft", *train, "--out", str(out), "--max-steps", "2", "--save-steps", "1", "--resume"
+        "train",
+        "sft",
+        *train,
+        *policy,
+        "--out",
+        str(out),
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "1",
+        "--resume",
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert [json.loads(x)["step"] for x in (out / "log.jsonl").read_text().splitlines() if "loss" in x][
         -1
     ] == 2
-    _one_line_error(_cli("train", "dpo", *train, "--out", str(out)), "written by `ragteam train sft`")
+    _one_line_error(
+        _cli("train", "dpo", *train, *policy, "--out", str(out)), "written by `ragteam train sft`"
+    )
 
 
 def test_index_and_demo_refuse_a_foreign_folder(tmp_path):
@@ -425,7 +440,7 @@ def test_index_and_demo_refuse_a_foreign_folder(tmp_path):
     again = _cli(*index)  # its own index folder: extended or left as it is, no --overwrite needed
     assert again.returncode == 0, again.stderr[-2000:]
     demo_out = _someones_folder(tmp_path / "demo")
-    demo = ["demo", "--out", str(demo_out), "--model.model", "tiny", "--fast", "--no-progress"]
+    demo = ["demo", "--out", str(demo_out), "--policy.model", "tiny", "--fast", "--no-progress"]
     _one_line_error(_cli(*demo), "config.yaml", "metrics.json", "--overwrite")
 
 

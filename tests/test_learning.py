@@ -70,7 +70,7 @@ def reward_curve(data: Path, out: Path, estimator: str, bf16: bool = False) -> l
             "recipe": "mmoa",  # its retriever and models are built and unused: the workflow is replaced
             "data": str(data),
             "out": str(out),
-            "init": "tiny",
+            "policy": {"model": "tiny"},
             "limit": 16,
             "iterations": ITERATIONS,
             "questions_per_iteration": 32 // (group * (forks or [1])[0]),

@@ -1,6 +1,6 @@
 """The LLM server's scheduling on loopback: a short request batched with a long one is answered when it ends, a
 client that disconnects cancels its generation (queued or mid-batch), the operator's max-tokens cap and
-`serve llm --threads`.
+`serve llm --model.threads`.
 
 A long request on demand: the tiny model with its end-of-turn token made impossible (`never_ends`) decodes
 until max_tokens, so "long" is a number of decoding steps, not a hope about random weights."""
@@ -145,7 +145,17 @@ def test_a_client_that_disconnects_cancels_its_generation_queued_or_running(serv
 
 
 def test_operator_cap_and_threads_flag_of_serve_llm():
-    args = ["llm", "--model", "tiny", "--device", TEST_DEVICE, "--threads", "1", "--max-tokens-limit", "32"]
+    args = [
+        "llm",
+        "--model.model",
+        "tiny",
+        "--model.device",
+        TEST_DEVICE,
+        "--model.threads",
+        "1",
+        "--max-tokens-limit",
+        "32",
+    ]
     with ServerProcess(args, timeout=60) as srv:
         over = httpx.post(srv.url + "/v1/chat/completions", json=_body("hi", 33), timeout=30)
         assert over.status_code == 400

@@ -53,7 +53,7 @@ def test_servers_built_from_python_refuse_infinite_waits_and_timeouts():
     "argv, needle",
     [
         (
-            ["serve", "llm", "--model", "tiny", "--batch-wait-ms", "inf"],
+            ["serve", "llm", "--model.model", "tiny", "--batch-wait-ms", "inf"],
             "batch_wait_ms: Input should be a finite",
         ),
         (["serve", "team", "--batch-wait-ms", "nan"], "batch_wait_ms: Input should be a finite"),
@@ -63,11 +63,11 @@ def test_servers_built_from_python_refuse_infinite_waits_and_timeouts():
             "read_timeout: Input should be a finite",
         ),
         (
-            ["serve", "llm", "--model", "tiny", "--read-timeout", "86400"],
+            ["serve", "llm", "--model.model", "tiny", "--read-timeout", "86400"],
             "read_timeout: Input should be less",
         ),
         (
-            ["serve", "llm", "--model", "tiny", "--batch-wait-ms", "1e9"],
+            ["serve", "llm", "--model.model", "tiny", "--batch-wait-ms", "1e9"],
             "batch_wait_ms: Input should be less",
         ),
         (["compare", "a", "b", "--resamples", "1000000000"], "resamples: Input should be less"),

@@ -33,7 +33,7 @@ def tiny_cfg(data: Path, out: Path, **over) -> PPOConfig:
         recipe="mmoa",
         data=str(data),
         out=str(out),
-        init="tiny",
+        policy={"model": "tiny"},
         limit=12,
         iterations=2,
         questions_per_iteration=3,
@@ -195,7 +195,7 @@ def test_an_update_lowers_the_ppo_loss_on_its_own_batch(tiny_run) -> None:
 def _argv(data: Path, out: Path, iterations: int) -> list[str]:
     return [
         sys.executable, "-m", "ragteam.cli.main", "train", "ppo", "--recipe", "mmoa", "--data", str(data),
-        "--out", str(out), "--init", "tiny", "--limit", "12", "--iterations", str(iterations),
+        "--out", str(out), "--policy.model", "tiny", "--limit", "12", "--iterations", str(iterations),
         "--questions-per-iteration", "2", "--variant", "s-g", "--topk", "2", "--candidates", "2",
         "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard", "--save-total-limit", "5",
         "--ppo.max-sample-tokens", str(TOKENS), "--ppo.micro-tokens", str(TOKENS),
@@ -453,14 +453,16 @@ def test_vllm_lora_sync_needs_a_lora_policy_and_renames_the_rollout_model(
     from ragteam.train.ppo.run import weight_sync
     from ragteam.train.sync import PushLoRAToVLLM
 
-    served = {"backend": "openai", "model": "policy", "base_url": "http://127.0.0.1:9/v1"}
+    served = {"backend": "openai", "model": "tiny", "base_url": "http://127.0.0.1:9/v1"}
+    sync = {"weight_sync": "vllm-lora", "served_name": "policy"}  # the start is tiny, served as "policy"
     engine = SimpleNamespace(policy=SimpleNamespace(model="policy"))
-    cfg = tiny_cfg(hotpot_small, tmp_path, policy=served, ppo={"weight_sync": "vllm-lora"})
+    cfg = tiny_cfg(hotpot_small, tmp_path, policy=served, ppo=sync)
     with pytest.raises(ValueError, match="--ppo.lora"):
         weight_sync(cfg, engine)
-    cfg = tiny_cfg(hotpot_small, tmp_path, policy=served, ppo={"weight_sync": "vllm-lora", "lora": True})
+    cfg = tiny_cfg(hotpot_small, tmp_path, policy=served, ppo={**sync, "lora": True})
     sync = weight_sync(cfg, engine)
     assert isinstance(sync, PushLoRAToVLLM) and sync.base == "http://127.0.0.1:9/v1"
+    assert sync.name == "policy" and cfg.served_policy().model == "policy" and cfg.policy.model == "tiny"
     sync.on_loaded("policy-v3")
     assert engine.policy.model == "policy-v3"
 

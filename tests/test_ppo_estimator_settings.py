@@ -28,7 +28,7 @@ TOKENS = 8192
 def cfg_of(data: Path, out: Path, **ppo) -> PPOConfig:
     return PPOConfig.model_validate(
             dict(
-                recipe="mmoa", data=str(data), out=str(out), init="tiny", limit=12, iterations=2,
+                recipe="mmoa", data=str(data), out=str(out), policy={"model": "tiny"}, limit=12, iterations=2,
                 questions_per_iteration=2, variant="s-g", topk=2, candidates=2, retriever={"kind": "bm25"},
                 progress=False, tensorboard=False, rollout={"group_size": 2},
                 ppo={"max_sample_tokens": TOKENS, "micro_tokens": TOKENS, "minibatch_tokens": 2 * TOKENS, **ppo},

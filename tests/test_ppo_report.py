@@ -109,7 +109,7 @@ def test_a_run_that_trains_nothing_warns_each_iteration_exits_1_and_keeps_its_ro
 
     out = tmp_path / "ppo"
     argv = [
-        "train", "ppo", "--recipe", "mmoa", "--data", str(hotpot_small), "--out", str(out), "--init", "tiny",
+        "train", "ppo", "--recipe", "mmoa", "--data", str(hotpot_small), "--out", str(out), "--policy.model", "tiny",
         "--limit", "4", "--iterations", "2", "--questions-per-iteration", "2", "--variant", "s-g",
         "--topk", "2", "--candidates", "2", "--retriever.kind", "bm25", "--no-progress", "--no-tensorboard",
         "--ppo.max-sample-tokens", "32", "--save-rollouts-every", "2",

@@ -143,6 +143,21 @@ def test_api_configs_are_the_commands_own():
     assert ragteam.PRMTrainConfig is train_prm.Config and ragteam.PPOConfig is train_ppo.Config
 
 
+def test_the_public_api_imports_nothing_from_the_cli():
+    """The configs and functions `ragteam` exports are the library's: api.py imports no `ragteam.cli` module
+    (at its top or inside a function), and importing it loads none."""
+    import ast
+
+    import ragteam.api
+
+    tree = ast.parse(Path(ragteam.api.__file__).read_text(encoding="utf-8"))
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert imported and not [m for m in imported if m.startswith("ragteam.cli")], imported
+    code = "import sys, ragteam.api\nassert not [m for m in sys.modules if m.startswith('ragteam.cli')]\n"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # ---------------------------------------------------------------------------------------------- module:Class
 
 

@@ -155,7 +155,7 @@ def test_collect_with_two_workers_keeps_the_rows_of_one_process(
 
     common = [
         "collect", "sft", "--data", str(hotpot6), "--workflow", "c3po", "--accept", "f1>=0", "--limit", "3",
-        "--teacher.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2",
+        "--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2",
         "--rollout.max-tokens", "8", "--rollout.llm-max-tokens", "4", "--no-progress",
     ]  # fmt: skip
     assert main([*common, "--out", str(tmp_path / "one")]) == 0

@@ -30,7 +30,7 @@ def _wandb_records(out: Path) -> bytes:
 
 def _sft_flags(tmp_path: Path) -> list[str]:
     data = write_jsonl(tmp_path / "sft.jsonl", [sft_row(i) for i in range(4)])
-    return ["train", "sft", "--data", str(data), "--out", str(tmp_path / "out"), "--init", "tiny",
+    return ["train", "sft", "--data", str(data), "--out", str(tmp_path / "out"), "--policy.model", "tiny",
             "--batch-size", "2", "--max-length", "256", "--device", "cpu", "--no-progress", "--no-tensorboard",
             "--max-steps", "2"]  # fmt: skip
 

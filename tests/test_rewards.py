@@ -62,6 +62,9 @@ def test_the_metric_rewards_read_what_the_engine_recorded() -> None:
     }
 
 
+SMALL_BATCHES = {"max_sample_tokens": 8192, "micro_tokens": 8192, "minibatch_tokens": 16384}
+"""test_ppo's tiny runs' PPO sizes (the tiny model's byte-level BPE makes long prompts)."""
+
 LENGTH_REWARD = '''
 import ragteam
 
@@ -102,11 +105,7 @@ def test_a_reward_registered_outside_the_package_trains_a_ppo_run(
         tmp_path / "out",
         iterations=1,
         save_rollouts_every=1,
-        ppo={
-            **tiny_cfg(hotpot_small, tmp_path).ppo.model_dump(),
-            "reward": "answer-length",
-            "credit": "outcome",
-        },
+        ppo={**SMALL_BATCHES, "reward": "answer-length", "credit": "outcome"},
     )
     out = ragteam.train_ppo(cfg)
     (row,) = [json.loads(x) for x in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -122,9 +121,8 @@ def test_a_reward_registered_outside_the_package_trains_a_ppo_run(
 def test_an_unknown_reward_fails_before_any_model_loads(hotpot_small: Path, tmp_path: Path) -> None:
     from test_ppo import tiny_cfg
 
-    base = tiny_cfg(hotpot_small, tmp_path).ppo.model_dump()
     with pytest.raises(ValueError, match="unknown reward 'nope'"):
-        ragteam.train_ppo(tiny_cfg(hotpot_small, tmp_path / "out", ppo={**base, "reward": "nope"}))
+        ragteam.train_ppo(tiny_cfg(hotpot_small, tmp_path / "out", ppo={**SMALL_BATCHES, "reward": "nope"}))
     assert not (tmp_path / "out").exists()
 
 

@@ -242,7 +242,7 @@ def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
         **_team(hotpot_small),
         recipe=str(EXAMPLE / "search-r1.yaml"),
         out=str(tmp_path / "ppo"),
-        init="tiny",
+        policy={"model": "tiny"},
         limit=4,
         iterations=2,
         questions_per_iteration=2,

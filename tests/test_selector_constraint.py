@@ -30,8 +30,8 @@ from ragteam.serve.testing import BackgroundServer, ServerProcess
 from ragteam.train.experience import pack_samples, samples_from_episodes
 from ragteam.train.ppo_config import PPOConfig
 from ragteam.types import Hit
-from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import MMOA
+from ragteam.workflows.mmoa.options import MMOAOptions
 from ragteam.workflows.mmoa.workflow import SELECTOR, selector_constraint
 
 Q = question("What is the date of death of the director of film Holocaust 2000?")
@@ -71,11 +71,11 @@ def test_the_act_carries_it_a_cut_prompt_redeclares_it_and_a_dropped_one_stays_d
 
 def test_the_workflow_option_switches_it_and_profiles_and_the_recipe_turn_it_on() -> None:
     good = {"selector": "Document0,Document2", "generator": "2 June 2015"}
-    on = drive(MMOA(WorkflowConfig(variant="s-g", candidates=4, selector_constrained=True)), Q, policy=good)
+    on = drive(MMOA(MMOAOptions(variant="s-g", candidates=4, selector_constrained=True)), Q, policy=good)
     [(sel, _)] = on.acts("selector")
     assert sel.constraint == selector_constraint(4)
     assert all(a.constraint is None for a, _ in on.acts("generator"))  # free text: the answer
-    off = drive(MMOA(WorkflowConfig(variant="s-g", candidates=4)), Q, policy=good)
+    off = drive(MMOA(MMOAOptions(variant="s-g", candidates=4)), Q, policy=good)
     assert off.acts("selector")[0][0].constraint is None
     assert on.answer.info == off.answer.info  # what it selects is read the same way
     assert TeamConfig(workflow="mmoa").selector_constrained is False  # small: as before
@@ -163,7 +163,7 @@ class _Hits:
 def test_packed_scoring_of_a_constrained_act_equals_the_rollout_log_probs(tiny) -> None:
     from ragteam.train.actor_critic import completion_logprobs
 
-    workflow = MMOA(WorkflowConfig(variant="s-g", candidates=3, selector_constrained=True))
+    workflow = MMOA(MMOAOptions(variant="s-g", candidates=3, selector_constrained=True))
     cfg = RolloutConfig(temperature=1.0, seed=4, max_tokens=24)
     qs = [question(f"Which film came first, number {i} or the other?") for i in range(3)]
     episodes = Engine(tiny, None, _Hits(), cfg).run(workflow, qs).episodes
@@ -256,7 +256,7 @@ def test_serve_llm_honours_a_structured_outputs_regex(tiny) -> None:
     allowed = set(tiny.allowed_ids(Constraint.from_regex(c.regex)))
     assert allowed == set(tiny.allowed_ids(c))  # the server's whitelist is the role's
     with ServerProcess(
-        ["llm", "--model", "tiny", "--device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60
+        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60
     ) as srv:
         for form in ("vllm", "vllm-guided", "sglang"):
             client = OpenAIChatModel(srv.url, "tiny-cli", retries=0, structured_output=form)

@@ -169,16 +169,19 @@ def test_a_row_that_fits_alone_is_answered_after_its_batch_ran_out_of_memory(tin
 
 
 def test_serve_llm_builds_its_model_through_the_one_model_builder():
-    """`serve llm`'s flat flags become the `ModelConfig` every command's model is built from, and its token
-    budget and prefill chunk reach the local model through `build_chat_model`; an HTTP model takes neither."""
+    """`serve llm`'s `--model.*` group (ModelConfig's local fields) becomes the `ModelConfig` every command's
+    model is built from, and its token budget and prefill chunk reach the local model through
+    `build_chat_model`; an HTTP model takes neither."""
     from ragteam.cli import serve_llm
     from ragteam.llm.config import ModelConfig
     from ragteam.llm.factory import build_chat_model
 
     cfg = serve_llm.Config(
-        model="tiny", device=TEST_DEVICE, max_batch_size=3, max_batch_tokens=512, prefill_chunk=64
+        model={"model": "tiny", "device": TEST_DEVICE, "max_batch_size": 3},
+        max_batch_tokens=512,
+        prefill_chunk=64,
     )
-    described = serve_llm.model_config(cfg)
+    described = cfg.model.chat_model_config()
     assert described == ModelConfig(backend="local", model="tiny", device=TEST_DEVICE, max_batch_size=3)
     model = build_chat_model(
         described, max_batch_tokens=cfg.max_batch_tokens, prefill_chunk=cfg.prefill_chunk

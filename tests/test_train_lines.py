@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ragteam.train.rows import drop_long_rows, row_limit
-from ragteam.train.sft import train_sft
+from ragteam.train.sft import SFTConfig, train_sft
 from ragteam.train.step_lines import step_line
 from ragteam.train.train_config import TrainConfig
 
@@ -43,8 +43,8 @@ def _rows(tmp_path: Path, long_one: bool) -> Path:
 def test_sft_prints_step_lines_not_raw_dicts_and_keeps_every_row_by_default(tmp_path: Path, capfd) -> None:
     data = _rows(tmp_path, long_one=True)
     for progress in (False, True):
-        cfg = TrainConfig(
-            data=str(data), out=str(tmp_path / f"out-{progress}"), init="tiny", batch_size=2, max_steps=2,
+        cfg = SFTConfig(
+            data=str(data), out=str(tmp_path / f"out-{progress}"), policy={"model": "tiny"}, batch_size=2, max_steps=2,
             device="cpu", progress=progress,
         )  # fmt: skip
         train_sft(cfg)

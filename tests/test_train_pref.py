@@ -10,10 +10,9 @@ import pytest
 from ragteam.cli.main import main
 from ragteam.llm.prm import PRMConfig, ProcessRewardModel, prm_input_ids, render_prm_input
 from ragteam.train.data import DataError, read_pair_rows
-from ragteam.train.dpo import train_dpo
-from ragteam.train.prm import PRMOptions, train_prm
+from ragteam.train.dpo import DPOConfig, train_dpo
+from ragteam.train.prm import PRMTrainConfig, train_prm
 from ragteam.train.run_folder import read_log
-from ragteam.train.train_config import TrainConfig
 
 PAIRS = [
     {
@@ -58,11 +57,24 @@ def pairs_file(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
 
 
-def tiny_cfg(data: Path, out: Path, **kw) -> TrainConfig:
+def tiny_cfg(data: Path, out: Path, **kw) -> DPOConfig:
+    """A DPO config on the tiny model (`prm_cfg`: a PRM's)."""
     base = dict(
-        data=str(data), out=str(out), init="tiny", batch_size=2, max_length=256, device="cpu", progress=False
+        data=str(data),
+        out=str(out),
+        policy={"model": "tiny"},
+        batch_size=2,
+        max_length=256,
+        device="cpu",
+        progress=False,
     )
-    return TrainConfig(**(base | kw))
+    return DPOConfig(**(base | kw))
+
+
+def prm_cfg(data: Path, out: Path, **kw) -> PRMTrainConfig:
+    prm = {"model": "tiny", **kw.pop("prm", {})}
+    base = dict(data=str(data), out=str(out), batch_size=2, max_length=256, device="cpu", progress=False)
+    return PRMTrainConfig(**(base | kw), prm=prm)
 
 
 def items() -> list[tuple[list, str]]:
@@ -90,7 +102,7 @@ def test_dpo_lora_through_the_cli(pairs_file: Path, tmp_path: Path) -> None:
     from ragteam.llm.local import LocalChatModel
 
     out = tmp_path / "dpo-lora"
-    argv = ["train", "dpo", "--data", str(pairs_file), "--out", str(out), "--init", "tiny", "--lora"]
+    argv = ["train", "dpo", "--data", str(pairs_file), "--out", str(out), "--policy.model", "tiny", "--lora"]
     argv += ["--lora-r", "4", "--max-steps", "2", "--batch-size", "2", "--dpo.beta", "0.2", "--no-progress"]
     assert main(argv + ["--device", "cpu"]) == 0
     assert (out / "adapter_config.json").is_file()
@@ -102,7 +114,7 @@ def test_dpo_lora_through_the_cli(pairs_file: Path, tmp_path: Path) -> None:
 
 
 def test_prm_two_steps_saves_a_loadable_prm(pairs_file: Path, tmp_path: Path) -> None:
-    out = train_prm(tiny_cfg(pairs_file, tmp_path / "prm", max_steps=2))
+    out = train_prm(prm_cfg(pairs_file, tmp_path / "prm", max_steps=2))
     assert [r["step"] for r in read_log(out) if "loss" in r] == [1, 2]
     prm = ProcessRewardModel.from_config(PRMConfig(model=str(out), device="cpu", max_batch_size=3))
     scores = prm.score(items())
@@ -113,8 +125,7 @@ def test_prm_two_steps_saves_a_loadable_prm(pairs_file: Path, tmp_path: Path) ->
 
 def test_prm_learns_a_separable_toy_set(pairs_file: Path, tmp_path: Path) -> None:
     out = train_prm(
-        tiny_cfg(pairs_file, tmp_path / "prm", max_steps=12, lr=1e-3, batch_size=4),
-        PRMOptions(score_margin=True),
+        prm_cfg(pairs_file, tmp_path / "prm", max_steps=12, lr=1e-3, batch_size=4, prm={"score_margin": True})
     )
     scores = ProcessRewardModel(out).score(items())
     chosen, rejected = scores[:4], scores[4:]
@@ -122,7 +133,7 @@ def test_prm_learns_a_separable_toy_set(pairs_file: Path, tmp_path: Path) -> Non
 
 
 def test_prm_lora_is_saved_merged(pairs_file: Path, tmp_path: Path) -> None:
-    out = train_prm(tiny_cfg(pairs_file, tmp_path / "prm-lora", max_steps=2, lora=True, lora_r=4))
+    out = train_prm(prm_cfg(pairs_file, tmp_path / "prm-lora", max_steps=2, lora=True, lora_r=4))
     assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()
     assert len(ProcessRewardModel(out).score(items()[:2])) == 2
 
@@ -159,7 +170,7 @@ def test_sft_file_given_to_dpo_is_named(tmp_path: Path, capsys) -> None:
             }
         ],
     )
-    code = main(["train", "prm", "--data", str(sft), "--out", str(tmp_path / "o"), "--init", "tiny"])
+    code = main(["train", "prm", "--data", str(sft), "--out", str(tmp_path / "o"), "--prm.model", "tiny"])
     err = capsys.readouterr().err
     assert code == 1
     assert f"{sft}:1: field 'chosen': missing; this looks like an SFT file (has target)" in err

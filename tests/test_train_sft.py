@@ -13,8 +13,7 @@ from ragteam.cli.main import main
 from ragteam.llm.tiny import CHATML_TEMPLATE
 from ragteam.train.data import DataError, read_sft_rows
 from ragteam.train.run_folder import read_log
-from ragteam.train.sft import SFTOptions, build_sft_trainer, train_sft
-from ragteam.train.train_config import TrainConfig
+from ragteam.train.sft import SFTConfig, build_sft_trainer, train_sft
 
 SYSTEM = "You are the router of a retrieval team."
 
@@ -44,11 +43,17 @@ def sft_file(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "sft.jsonl", [sft_row(i) for i in range(8)])
 
 
-def tiny_cfg(data: Path, out: Path, **kw) -> TrainConfig:
+def tiny_cfg(data: Path, out: Path, **kw) -> SFTConfig:
     base = dict(
-        data=str(data), out=str(out), init="tiny", batch_size=2, max_length=256, device="cpu", progress=False
+        data=str(data),
+        out=str(out),
+        policy={"model": "tiny"},
+        batch_size=2,
+        max_length=256,
+        device="cpu",
+        progress=False,
     )
-    return TrainConfig(**(base | kw))
+    return SFTConfig(**(base | kw))
 
 
 # ---- the loss mask ---------------------------------------------------------------------------------------
@@ -66,7 +71,7 @@ def test_mask_is_exactly_target_and_end_of_turn(tmp_path: Path) -> None:
     ]
     data = write_jsonl(tmp_path / "sft.jsonl", rows + [history])
     cfg = tiny_cfg(data, tmp_path / "out", max_steps=1)
-    trainer, _ = build_sft_trainer(cfg, SFTOptions(), read_sft_rows(data), lr=1e-4)
+    trainer, _ = build_sft_trainer(cfg, read_sft_rows(data), lr=1e-4)
     tok = trainer.processing_class
     end = tok.convert_tokens_to_ids("<|im_end|>")
     for example, target in zip(trainer.train_dataset, ["Paris, the capital", "Answer: yes"]):
@@ -88,7 +93,7 @@ def test_scoring_only_trained_tokens_gives_the_same_loss(sft_file: Path, tmp_pat
     from ragteam.train.trl_args import score_only_trained_tokens_on_cpu
 
     cfg = tiny_cfg(sft_file, tmp_path / "out", max_steps=1)
-    trainer, _ = build_sft_trainer(cfg, SFTOptions(), read_sft_rows(sft_file), lr=1e-4)
+    trainer, _ = build_sft_trainer(cfg, read_sft_rows(sft_file), lr=1e-4)
     batch = next(iter(trainer.get_train_dataloader()))
     original = trl_utils._use_triton  # patched already when another test trained first
     results = []
@@ -190,12 +195,12 @@ def test_sft_lora_loads_as_policy_lora(sft_file: Path, tmp_path: Path) -> None:
     policy = build_chat_model(ModelConfig(model="tiny", lora=str(out), device="cpu"))  # --policy.lora DIR
     [result] = policy.chat([ChatRequest(messages=sft_row(0)["messages"], sampling=Sampling(max_tokens=4))])
     assert result[0].completion_tokens >= 1
-    with pytest.raises(ValueError, match="is a LoRA adapter, not a model"):
-        train_sft(tiny_cfg(sft_file, tmp_path / "next", max_steps=1, init=str(out)))
+    with pytest.raises(ValueError, match="--policy.model .* is a LoRA adapter, not a model"):
+        train_sft(tiny_cfg(sft_file, tmp_path / "next", max_steps=1, policy={"model": str(out)}))
 
 
 def test_sft_packing_trains(sft_file: Path, tmp_path: Path) -> None:
-    out = train_sft(tiny_cfg(sft_file, tmp_path / "packed", max_steps=2), SFTOptions(packing=True))
+    out = train_sft(tiny_cfg(sft_file, tmp_path / "packed", max_steps=2, sft={"packing": True}))
     logged = [r for r in read_log(out) if "loss" in r]
     assert [r["step"] for r in logged] == [1, 2]
     assert logged[0]["num_tokens"] > 256  # real tokens counted (not the width of one row)
@@ -207,8 +212,10 @@ def test_packed_rows_keep_attention_within_each_row_segment(sft_file: Path, tmp_
 
     from ragteam.train.sft import PackedRowsCollator
 
-    cfg = tiny_cfg(sft_file, tmp_path / "out", max_steps=1, max_length=128, batch_size=2)
-    trainer, _ = build_sft_trainer(cfg, SFTOptions(packing=True), read_sft_rows(sft_file), lr=1e-4)
+    cfg = tiny_cfg(
+        sft_file, tmp_path / "out", max_steps=1, max_length=128, batch_size=2, sft={"packing": True}
+    )
+    trainer, _ = build_sft_trainer(cfg, read_sft_rows(sft_file), lr=1e-4)
     assert isinstance(trainer.data_collator, PackedRowsCollator)
     batch = next(iter(trainer.get_train_dataloader()))
     assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 2
@@ -358,7 +365,17 @@ def test_flags_and_config_files_override_a_preset(tmp_path: Path) -> None:
 
 def test_train_sft_preset_runs_from_the_command_line(sft_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "gym"
-    flags = ["--data", str(sft_file), "--out", str(out), "--init", "tiny", "--device", "cpu", "--no-progress"]
+    flags = [
+        "--data",
+        str(sft_file),
+        "--out",
+        str(out),
+        "--policy.model",
+        "tiny",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     flags += [
         "--preset",
         "rag-gym",
@@ -385,7 +402,9 @@ def test_pairs_file_given_to_sft_is_named(tmp_path: Path, capsys) -> None:
         tmp_path / "pairs.jsonl",
         [{"role": "actor", "messages": [{"role": "user", "content": "q"}], "chosen": "a", "rejected": "b"}],
     )
-    code = main(["train", "sft", "--data", str(pairs), "--out", str(tmp_path / "o"), "--init", "tiny"])
+    code = main(
+        ["train", "sft", "--data", str(pairs), "--out", str(tmp_path / "o"), "--policy.model", "tiny"]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert f"{pairs}:1: field 'target': missing; this looks like a pairs file (has chosen/rejected)" in err

@@ -179,13 +179,13 @@ leg_mmoa() {
     --rollout.max-tokens 256"
   stage mmoa collect $RT collect sft $M $R $TRAIN_CORPUS --data "$D" --limit "$MMOA_SFT_Q" \
     --out "$w/sft-data" --overwrite --no-progress
-  stage mmoa sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --init "$POLICY" \
+  stage mmoa sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --policy.model "$POLICY" \
     --max-steps "$MMOA_SFT_STEPS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 \
     --save-steps "$MMOA_SFT_STEPS" --max-length 2048 --no-progress
   local sft=$w/sft/checkpoint-$MMOA_SFT_STEPS
   stage mmoa eval-sft $RT eval $M $R $EV --policy.model "$sft" --out "$w/eval-sft"
   # mmoa_grpo.sh's GRPO; the advantage whitening and the KL placement of that run pinned (beta 0: no KL)
-  stage mmoa grpo $RT train ppo --recipe mmoa $M $R $PPO_COMMON --limit 400 --init "$sft" --out "$w/grpo" \
+  stage mmoa grpo $RT train ppo --recipe mmoa $M $R $PPO_COMMON --limit 400 --policy.model "$sft" --out "$w/grpo" \
     --iterations "$MMOA_ITERS" --budget-seconds "$MMOA_BUDGET_S" --questions-per-iteration "$MMOA_QPI" \
     --rollout.group-size "$MMOA_GROUP" --rollout.temperature 1.0 --rollout.top-p 0.9 \
     --ppo.advantage grpo --ppo.credit mmoa --ppo.reward f1 --ppo.normalize global \
@@ -203,21 +203,21 @@ leg_c3po() {
   local n=$((C3_SAMPLES_Q + C3_TREE_Q))
   stage c3po collect-samples $RT collect sft $S $TRAIN_CORPUS --tree samples --samples 4 --data "$D" \
     --offset 0 --limit "$C3_SAMPLES_Q" --rollout.temperature 1.0 --accept "$C3_ACCEPT" --relabel-invalid \
-    --rollout.max-concurrent "$BATCH" --teacher.model "$POLICY" --teacher.max-batch-size "$BATCH" \
+    --rollout.max-concurrent "$BATCH" --policy.model "$POLICY" --policy.max-batch-size "$BATCH" \
     --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-samples" --overwrite --no-progress
   stage c3po collect-trees $RT collect sft $S $TRAIN_CORPUS --tree c3po --data "$D" --offset "$C3_SAMPLES_Q" \
     --limit "$C3_TREE_Q" --rollout.temperature 1.0 --accept "$C3_ACCEPT" --relabel-invalid \
-    --rollout.max-concurrent "$BATCH" --teacher.model "$POLICY" --teacher.max-batch-size "$BATCH" \
+    --rollout.max-concurrent "$BATCH" --policy.model "$POLICY" --policy.max-batch-size "$BATCH" \
     --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-trees" --overwrite --no-progress
   mkdir -p "$w/sft-data"
   cat "$w/sft-samples/sft.jsonl" "$w/sft-trees/sft.jsonl" >"$w/sft-data/sft.jsonl"
   [ -s "$w/sft-data/sft.jsonl" ] || { echo "matrix.sh: c3po: no SFT rows were accepted" >&2; return 5; }
-  stage c3po sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --init "$POLICY" \
+  stage c3po sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --policy.model "$POLICY" \
     --epochs "$C3_SFT_EPOCHS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 --max-length 2048 \
     --no-progress
   stage c3po eval-sft $RT eval $S $EV --policy.model "$w/sft" --out "$w/eval-sft"
   # both arms: the same start, questions, step size, KL (none), reward and token budget
-  local P="$S $PPO_COMMON --offset $n --limit $((400 - n)) --init $w/sft --iterations $C3_ITERS
+  local P="$S $PPO_COMMON --offset $n --limit $((400 - n)) --policy.model $w/sft --iterations $C3_ITERS
     --budget-tokens $C3_TOKENS --budget-seconds $C3_SAFETY_S --rollout.temperature 1.0 --rollout.top-p 1.0
     --ppo.reward cover_em --ppo.normalize none --ppo.kl-in loss --ppo.lr $C3_LR
     --ppo.target-kl 0.1 --ppo.kl-beta 0 --ppo.kl-anneal-to 0 --ppo.kl-beta-min 0 --ppo.max-sample-tokens 4096"
@@ -241,20 +241,20 @@ leg_gym() {
   stage gym collect $RT collect process $G $TRAIN_CORPUS --data "$D" --offset 0 --limit "$GYM_Q" \
     --candidates "$GYM_CANDIDATES" --ranker "$GYM_RANKER" --rollout.best-of.rollouts 2 \
     --rollout.best-of.metric f1 --rollout.temperature 0.7 --accept "$GYM_ACCEPT" --keep-invalid \
-    --rollout.max-concurrent "$BATCH" --teacher.model "$POLICY" --teacher.max-batch-size "$BATCH" \
+    --rollout.max-concurrent "$BATCH" --policy.model "$POLICY" --policy.max-batch-size "$BATCH" \
     --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/process" --overwrite --no-progress
   for f in sft.jsonl pairs.jsonl; do
     [ -s "$w/process/$f" ] || { echo "matrix.sh: gym: collect process wrote no $f rows" >&2; return 5; }
   done
-  stage gym sft $RT train sft --data "$w/process/sft.jsonl" --out "$w/sft" --init "$POLICY" \
+  stage gym sft $RT train sft --data "$w/process/sft.jsonl" --out "$w/sft" --policy.model "$POLICY" \
     --epochs "$GYM_SFT_EPOCHS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 --max-length 1024 \
     --no-progress
-  stage gym prm $RT train prm --data "$w/process/pairs.jsonl" --out "$w/prm" --init "$POLICY" \
+  stage gym prm $RT train prm --data "$w/process/pairs.jsonl" --out "$w/prm" --prm.model "$POLICY" \
     --epochs "$GYM_PRM_EPOCHS" --batch-size 4 --lr 1e-5 --lr-schedule linear --seed 0 --max-length 1024 \
     --no-progress
   stage gym eval-sft $RT eval $G $EV --policy.model "$w/sft" --out "$w/eval-sft"
   stage gym ppo $RT train ppo --recipe gym $G $PPO_COMMON --offset "$GYM_Q" --limit $((400 - GYM_Q)) \
-    --init "$w/sft" --prm.model "$w/prm" --prm.max-batch-size "$BATCH" --out "$w/ppo" \
+    --policy.model "$w/sft" --prm.model "$w/prm" --prm.max-batch-size "$BATCH" --out "$w/ppo" \
     --iterations "$GYM_ITERS" --budget-seconds "$GYM_BUDGET_S" --questions-per-iteration "$GYM_QPI" \
     --rollout.group-size 1 --rollout.temperature 1.0 --rollout.top-p 1.0 \
     --ppo.advantage gae --ppo.credit process --ppo.process-reward prm --ppo.reward f1 \

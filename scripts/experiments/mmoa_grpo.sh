@@ -43,13 +43,13 @@ trap '[ -n "$log" ] && tail -n 40 "$log"' ERR   # a failed stage shows the end o
 stamp "SFT data"; log="$W/collect.log"
 $RT collect sft $M $R --data "$D" --limit 400 --out "$W/sft-data" --overwrite --no-progress >"$W/collect.log" 2>&1
 stamp "SFT ($SFT_STEPS steps)"; log="$W/sft.log"
-$RT train sft --data "$W/sft-data/sft.jsonl" --out "$W/sft" --init "$POLICY" --max-steps "$SFT_STEPS" \
+$RT train sft --data "$W/sft-data/sft.jsonl" --out "$W/sft" --policy.model "$POLICY" --max-steps "$SFT_STEPS" \
   --batch-size 4 --save-steps "$SFT_STEPS" --max-length 2048 --no-progress >"$W/sft.log" 2>&1
 SFT="$W/sft/checkpoint-$SFT_STEPS"
 stamp "eval of the SFT start"; log="$W/eval-sft.log"
 $RT eval $E --policy.model "$SFT" --out "$W/eval-sft" --overwrite --no-progress >"$W/eval-sft.log" 2>&1
 stamp "GRPO (budget ${BUDGET_S}s)"; log="$W/grpo.log"
-$RT train ppo --recipe mmoa $M $R --data "$D" --limit 400 --init "$SFT" --out "$W/grpo" \
+$RT train ppo --recipe mmoa $M $R --data "$D" --limit 400 --policy.model "$SFT" --out "$W/grpo" \
   --iterations "$ITERS" --budget-seconds "$BUDGET_S" --questions-per-iteration "$QPI" \
   --rollout.group-size "$GROUP" --ppo.advantage grpo --ppo.train-roles selector,generator \
   --ppo.lr "$LR" --ppo.lr-schedule constant --ppo.target-kl 0.1 \

@@ -8,7 +8,7 @@
     policy = ragteam.train_ppo(cfg)                       # the folder of the trained policy
 
 Each config class is the library's class the command resolves its flags into (`EvalConfig`, `CollectConfig`,
-`PPOConfig`; the trainers' still `ragteam.cli.<command>.Config`): the same fields, defaults, profiles, recipes
+`SFTConfig`, `DPOConfig`, `PRMTrainConfig`, `PPOConfig`; nothing here imports `ragteam.cli`): the same fields, defaults, profiles, recipes
 and presets as its flags, resolved the same way (`ragteam.config.resolve`; `load_config` reads the YAML a
 `--config` file holds; `EvalConfig.for_workflow(name)` adds a team's own options), and each function
 is the one the command runs, without the terminal around it: no exit codes, no messages on Ctrl-C (the
@@ -25,13 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ragteam.cli.train_dpo import Config as DPOConfig
-from ragteam.cli.train_prm import Config as PRMTrainConfig
-from ragteam.cli.train_sft import Config as SFTConfig
 from ragteam.collect.config import CollectConfig
 from ragteam.config import load_config, quiet_own_notices, setup_caches
 from ragteam.eval.run import EvalConfig
+from ragteam.train.dpo import DPOConfig
 from ragteam.train.ppo_config import PPOConfig
+from ragteam.train.prm import PRMTrainConfig
+from ragteam.train.sft import SFTConfig
 
 __all__ = [
     "CollectConfig",
@@ -81,32 +81,32 @@ def collect(cfg: CollectConfig, log: Log = print) -> dict[str, Any]:
 def train_sft(cfg: SFTConfig) -> Path:
     """`ragteam train sft`: supervised fine-tuning on SFT rows; returns the output folder (a model, or a LoRA
     adapter with `lora=True`)."""
-    from ragteam.cli import train_sft as command
+    from ragteam.train.sft import train_sft as train
 
     _prepare()
-    return command.train(cfg)
+    return train(cfg)
 
 
 def train_dpo(cfg: DPOConfig) -> Path:
     """`ragteam train dpo`: DPO on ranked pairs; returns the output folder."""
-    from ragteam.cli import train_dpo as command
+    from ragteam.train.dpo import train_dpo as train
 
     _prepare()
-    return command.train(cfg)
+    return train(cfg)
 
 
 def train_prm(cfg: PRMTrainConfig) -> Path:
     """`ragteam train prm`: a process reward model on ranked pairs; returns the output folder (load it
     as `prm.model`)."""
-    from ragteam.cli import train_prm as command
+    from ragteam.train.prm import train_prm as train
 
     _prepare()
-    return command.train(cfg)
+    return train(cfg)
 
 
 def train_ppo(cfg: PPOConfig) -> Path:
     """`ragteam train ppo`: multi-agent PPO from a recipe; returns the output folder (the final policy)."""
-    from ragteam.cli import train_ppo as command
+    from ragteam.train.ppo import train_ppo as train
 
     _prepare()
-    return command.train(cfg)
+    return train(cfg)

@@ -173,8 +173,8 @@ LOGS = ("episodes.jsonl", "log.jsonl")
 
 def discard_setup(folder: Path) -> bool:
     """Remove the setup files of a folder that holds nothing else (empty `LOGS` at most), so a command that
-    failed its checks (a bad workflow name, a missing corpus, an --init that is not a model) leaves no run
-    folder behind; True when removed. A folder with any result (an episode, a log row, a checkpoint, a file
+    failed its checks (a bad workflow name, a missing corpus, a --policy.model that is not a model) leaves no
+    run folder behind; True when removed. A folder with any result (an episode, a log row, a checkpoint, a file
     of the user's) is kept whole."""
     files = {p.name: p for p in folder.iterdir()}
     empty = {n for n in LOGS if n in files and files[n].is_file() and files[n].stat().st_size == 0}

@@ -45,7 +45,7 @@ RESUME_IGNORED = frozenset(
         "rollout.worker_gpus",
         *(
             f"{m}.{k}"
-            for m in ("policy", "llm", "teacher")
+            for m in ("policy", "llm")
             for k in ("max_batch_size", "threads", "concurrency", "timeout", "retries")
         ),
     }

@@ -1,7 +1,8 @@
-"""`ragteam collect sft|process`: roll out a workflow with a teacher and write training rows from the trees.
+"""`ragteam collect sft|process`: roll out a workflow with a teacher (the policy sampled, `--policy.*`) and write
+training rows from the trees.
 
     ragteam collect sft --workflow c3po --data hotpotqa-train.jsonl --out runs/c3po-sft --limit 500
-        [--teacher.model smollm2] [--tree c3po|samples] [--samples 4] [--accept cover_em|em|f1>=0.5|judge]
+        [--policy.model smollm2] [--tree c3po|samples] [--samples 4] [--accept cover_em|em|f1>=0.5|judge]
     ragteam collect sft --workflow mmoa --data hotpotqa-train.jsonl --out runs/mmoa-sft [--samples 4]
         [--candidates 10] [--min-overlap 1]
     ragteam collect process --workflow gym:react --data hotpotqa-train.jsonl --out runs/react-pairs
@@ -20,6 +21,8 @@ import sys
 from ragteam.collect.config import CollectConfig
 
 Config = CollectConfig
+RENAMED = {"--teacher.": "--policy."}
+"""The teacher's former group, named in the error (`ragteam.cli.main`): the teacher is the policy sampled."""
 """Collect training rows: SFT by rejection sampling / MMOA-RAG heuristics, or RAG-Gym process pairs (the
 library's config, `ragteam.CollectConfig`)."""
 

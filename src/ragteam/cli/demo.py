@@ -65,6 +65,10 @@ class Config(BaseConfig):
         False, description="the full preset: 20 held-out questions, longer training, C-3PO SFT"
     )
     questions: int = Field(8, ge=1, le=TRAIN_OFFSET, description="held-out questions each workflow answers")
+RENAMED = {"--model.": "--policy."}
+"""The demo's former model group, named in the error (`ragteam.cli.main`): the model it trains is the policy."""
+
+
     workflows: list[str] = Field(
         default_factory=lambda: BASELINES + TEAMS,
         description=workflow_help("workflows evaluated before training"),
@@ -77,8 +81,9 @@ class Config(BaseConfig):
     c3po_sft: bool = Field(False, description="add C-3PO rows rejection-sampled from tree rollouts to SFT")
     ppo_iterations: int = Field(2, ge=0, description="PPO iterations after SFT (0: none)")
     ppo_questions: int = Field(4, ge=1, description="training questions rolled out per PPO iteration")
-    model: ModelConfig = Field(
-        default_factory=ModelConfig, description="the model that plays the policy and the answering LLM"
+    policy: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="the policy, trained by the demo; its start model also plays the answering LLM",
     )
     retriever: RetrieverConfig = Field(
         default_factory=RetrieverConfig, description="the demo corpus' retriever"
@@ -156,7 +161,7 @@ def run(cfg: Config) -> int:
     held_out = f"questions 0-{cfg.questions - 1}"
     print(f"\n== 3. before training: {len(cfg.workflows)} workflows on {cfg.questions} held-out {held_out}")
     t0 = perf_counter()
-    before = {wf: evaluate(cfg, data, retriever_cfg, wf, out / "before", cfg.model) for wf in cfg.workflows}
+    before = {wf: evaluate(cfg, data, retriever_cfg, wf, out / "before", cfg.policy) for wf in cfg.workflows}
     seconds["before"] = perf_counter() - t0
 
     after: dict[str, dict] = {}
@@ -176,9 +181,9 @@ def run(cfg: Config) -> int:
 
         print(f"\n== 6. after training: {len(cfg.teams)} teams with the trained policy ({policy_dir})")
         t0 = perf_counter()
-        trained = cfg.model.model_copy(update={"model": str(policy_dir)})
+        trained = cfg.policy.model_copy(update={"model": str(policy_dir)})
         after = {
-            wf: evaluate(cfg, data, retriever_cfg, wf, out / "after", trained, llm=cfg.model)
+            wf: evaluate(cfg, data, retriever_cfg, wf, out / "after", trained, llm=cfg.policy)
             for wf in cfg.teams
         }
         seconds["after"] = perf_counter() - t0
@@ -191,7 +196,7 @@ def run(cfg: Config) -> int:
         "train": f"questions {TRAIN_OFFSET}-{len(questions) - 1}",
         "passages": len(folder.docs),
         "retriever": cfg.retriever.kind,
-        "model": cfg.model.model,
+        "model": cfg.policy.model,
         "roles_trained": "MMOA-RAG's Selector and Generator"
         + (" and C-3PO's three roles" if cfg.c3po_sft else ""),
         "workflow": WORKFLOW_SETTINGS,
@@ -254,8 +259,7 @@ def warm_start(
     from ragteam.collect.config import CollectConfig
     from ragteam.collect.run import run_collect
     from ragteam.rollout.config import RolloutConfig
-    from ragteam.train.sft import train_sft
-    from ragteam.train.train_config import TrainConfig
+    from ragteam.train.sft import SFTConfig, train_sft
 
     rows_file = root / "sft.jsonl"
     model_dir = root / "model"
@@ -264,7 +268,7 @@ def warm_start(
     common = dict(
         data=str(data),
         offset=TRAIN_OFFSET,
-        llm=cfg.model,
+        llm=cfg.policy,
         retriever=retriever,
         overwrite=cfg.overwrite,
         progress=cfg.progress,
@@ -282,7 +286,7 @@ def warm_start(
             workflow="c3po",
             out=str(root / "c3po-rows"),
             limit=12,
-            teacher=cfg.model,
+            policy=cfg.policy,
             tree="samples",
             samples=4,
             relabel_invalid=True,
@@ -304,17 +308,18 @@ def warm_start(
     if not _finished(model_dir) or cfg.overwrite:
         resume = any(model_dir.glob("checkpoint-*")) and not cfg.overwrite
         train_sft(
-            TrainConfig(
+            SFTConfig(
                 data=str(rows_file),
                 out=str(model_dir),
-                init=cfg.model.model,
+                policy={"model": cfg.policy.model},
                 max_steps=cfg.sft_steps,
                 batch_size=4,
                 max_length=1024,
                 save_steps=max(1, cfg.sft_steps // 2),
                 resume=resume,
                 progress=cfg.progress,
-                threads=cfg.model.threads,
+                threads=cfg.policy.threads,
+                overwrite=cfg.overwrite,
             )
         )
     info["log"] = _read_jsonl(model_dir / "log.jsonl")
@@ -357,7 +362,7 @@ def ppo(
                 data=str(data),
                 offset=TRAIN_OFFSET,
                 out=str(out),
-                init=str(init),
+                policy={"model": str(init)},
                 limit=cfg.ppo_questions,
                 iterations=cfg.ppo_iterations,
                 questions_per_iteration=cfg.ppo_questions,
@@ -365,9 +370,9 @@ def ppo(
                 eval_limit=cfg.questions,
                 eval_every=1,
                 resume=any(out.glob("checkpoint-*")) and not cfg.overwrite,
-                llm=cfg.model,
+                llm=cfg.policy,
                 retriever=retriever,
-                threads=cfg.model.threads,
+                threads=cfg.policy.threads,
                 progress=cfg.progress,
                 rollout={**ROLLOUT_SETTINGS, "group_size": 2, "temperature": 1.0, "top_p": 0.9},
                 profile="small",  # the recipe's paper profile otherwise: as the demo's evaluations run

@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # prints the help or the usage error
         return 2
     module = importlib.import_module(f"ragteam.cli.{module_name}")
+    if problem := _renamed_flag(argv, getattr(module, "RENAMED", {})):
+        print(f"ragteam: {problem}", file=sys.stderr)
+        return 2
     config_cls = command_config(module.Config, argv)
     _add_command_flags(parser, module_name, module, config_cls)
     args = parser.parse_args(argv)
@@ -112,6 +115,19 @@ def _unencodable_argument(argv: list[str]) -> str | None:
                 f"argument {i} ({shown[:80]!s}) is not UTF-8 text (byte {byte} at character {e.start + 1}); "
                 "ragteam reads arguments as UTF-8"
             )
+    return None
+
+
+def _renamed_flag(argv: list[str], renamed: dict[str, str]) -> str | None:
+    """What a flag the command no longer takes is now called (its module's `RENAMED`: old -> new, a key
+    ending in `.` renaming a whole group), or None. Not an alias: the command stops, naming the new
+    spelling, where argparse would only say `unrecognized arguments`."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        for old, new in renamed.items():
+            if flag == old or (old.endswith(".") and flag.startswith(old)):
+                now = new + flag[len(old) :] if old.endswith(".") else new
+                return f"{flag} is now {now}"
     return None
 
 

@@ -1,6 +1,6 @@
 """`ragteam serve llm`: serve a local model over the OpenAI chat-completions API, batching concurrent requests.
 
-    ragteam serve llm --model smollm2 --port 8000
+    ragteam serve llm --model.model smollm2 --port 8000
     curl -s localhost:8000/v1/chat/completions -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}'
 
 `--port 0` picks a free port; once listening it prints `serving on http://HOST:PORT` (`ragteam.serve.listen`).
@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
-from ragteam.llm.config import ModelConfig
+from ragteam.llm.config import LocalModelConfig
 from ragteam.serve.guard import MAX_WAIT_MS
 from ragteam.serve.listen import ServerConfig
 
@@ -21,27 +21,25 @@ MAX_BATCH_TOKENS = 32_768  # SmolLM2-135M in float32: about 1.5 GB of KV cache
 PREFILL_CHUNK = 1024  # ragteam.llm.decoder.PREFILL_CHUNK, repeated so that the CLI does not import torch
 
 
-class Config(ServerConfig):
-    """Settings of `ragteam serve llm`."""
+RENAMED = {
+    f"--{name.replace('_', '-')}": f"--model.{name.replace('_', '-')}"
+    for name in LocalModelConfig.model_fields
+}
+"""The flat flags the served model had, named in the error (`ragteam.cli.main`)."""
 
-    model: str = Field(
-        "smollm2",
-        description="'smollm2' (packaged SmolLM2-135M-Instruct, converted once), 'tiny' (random test model) "
-        "or a Hugging Face model folder",
+
+class Config(ServerConfig):
+    """Settings of `ragteam serve llm`. Its one model is the `--model.*` group (ModelConfig's local fields),
+    named for no role: the server does not know whether its clients use it as a policy or as the LLM."""
+
+    model: LocalModelConfig = Field(
+        default_factory=LocalModelConfig,
+        description="the model served: --model.model, --model.dtype, ... (ModelConfig's local fields)",
     )
     served_name: str | None = Field(
-        None, description="model name clients must send (default: the --model value, or the folder's name)"
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when available")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weight dtype")
-    threads: int | None = Field(
         None,
-        ge=1,
-        description="on CPU: torch intra-op threads (default: torch's choice; 1 is often fastest on a small, "
-        "busy machine), as eval's --policy.threads",
+        description="model name clients must send (default: the --model.model value, or the folder's name)",
     )
-    lora: str | None = Field(None, description="folder of a LoRA adapter (peft) to apply")
-    max_batch_size: int = Field(32, ge=1, description="most requests gathered into one generate call")
     max_batch_tokens: int = Field(
         MAX_BATCH_TOKENS,
         ge=1,
@@ -71,21 +69,6 @@ class Config(ServerConfig):
     )
 
 
-def model_config(cfg: Config) -> ModelConfig:
-    """The local model `serve llm` serves, as every command's model is described (`ModelConfig`), so it is
-    built by the one model builder (`build_chat_model`). The flat flags (`--model`, `--device`, ...) stay
-    serve llm's own spelling."""
-    return ModelConfig(
-        backend="local",
-        model=cfg.model,
-        device=cfg.device,
-        dtype=cfg.dtype,
-        lora=cfg.lora,
-        threads=cfg.threads,
-        max_batch_size=cfg.max_batch_size,
-    )
-
-
 def run(cfg: Config) -> int:
     from ragteam.llm.factory import build_chat_model
     from ragteam.serve.guard import resolve_api_key
@@ -93,13 +76,13 @@ def run(cfg: Config) -> int:
     from ragteam.serve.llm import make_app
 
     model: Any = build_chat_model(
-        model_config(cfg), max_batch_tokens=cfg.max_batch_tokens, prefill_chunk=cfg.prefill_chunk
+        cfg.model.chat_model_config(), max_batch_tokens=cfg.max_batch_tokens, prefill_chunk=cfg.prefill_chunk
     )
     name = cfg.served_name or model.name
     app = make_app(
         model,
         name,
-        max_batch_size=cfg.max_batch_size,
+        max_batch_size=cfg.model.max_batch_size,
         batch_wait_ms=cfg.batch_wait_ms,
         max_n=cfg.max_n,
         max_tokens_limit=cfg.max_tokens_limit,

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from ragteam.cli.train import RENAMED, policy_use, run_trainer
+from ragteam.train.dpo import DPOConfig, train_dpo
 
-from pydantic import Field
+__all__ = ["RENAMED", "Config", "run"]
 
-from ragteam.cli.train import TrainerCommand, run, train
-from ragteam.train.dpo import DPOOptions
-
-__all__ = ["Config", "run", "train"]
+Config = DPOConfig
 
 
-class Config(TrainerCommand):
-    """Prefer chosen over rejected replies (pairs.jsonl rows; formats in `ragteam.train.data`)."""
-
-    KIND: ClassVar[str] = "dpo"
-    TRAINER: ClassVar[str] = "ragteam.train.dpo:train_dpo"
-
-    dpo: DPOOptions = Field(default_factory=DPOOptions)
+def run(cfg: DPOConfig) -> int:
+    return run_trainer("dpo", cfg, lambda: train_dpo(cfg), policy_use(cfg))

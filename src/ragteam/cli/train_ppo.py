@@ -1,6 +1,6 @@
 """`ragteam train ppo`: multi-agent PPO of the policy over a workflow's roles, from a recipe.
 
-    ragteam train ppo --recipe mmoa --data hotpotqa.jsonl --limit 400 --init runs/sft --out runs/ppo \
+    ragteam train ppo --recipe mmoa --data hotpotqa.jsonl --limit 400 --policy.model runs/sft --out runs/ppo \
         [--iterations 20] [--questions-per-iteration 8] [--eval-data F --eval-offset 400 --eval-limit 100]
     ragteam train ppo ... --resume          # continue after the newest checkpoint
 
@@ -14,29 +14,24 @@ The phases and the output folder are described in `ragteam.train.ppo`.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from ragteam.cli.train import check_train_out, train_lock
+from ragteam.cli.train import RENAMED, train_lock
 from ragteam.train.ppo_config import PPOConfig
+
+__all__ = ["RENAMED", "Config", "run"]
 
 Config = PPOConfig
 """Multi-agent PPO on episode trees (one policy, every role, a centralized critic): the library's config,
 resolved from flags by `ragteam.config.resolve` (defaults < profile < recipe < --config < flags)."""
 
 
-def train(cfg: PPOConfig) -> Path:
-    """What the command does, for Python (`ragteam.train_ppo`): --out checked, the iterations run; returns
-    the output folder (the final policy). The recipe is part of `cfg` already (resolved when it was built)."""
+def run(cfg: PPOConfig) -> int:
+    """`ragteam.train.ppo.train_ppo` (--out checked, the iterations run) under the run lock, with messages."""
     from ragteam.train.ppo import train_ppo
 
-    check_train_out("ppo", cfg)  # type: ignore[arg-type]  (duck-typed: .out, .overwrite)
-    return train_ppo(cfg)
-
-
-def run(cfg: PPOConfig) -> int:
     try:
         with train_lock("ppo", cfg):
-            out = train(cfg)
+            out = train_ppo(cfg)
     except KeyboardInterrupt:
         print(
             f"\nragteam train ppo: interrupted; continue with the same command and --resume "

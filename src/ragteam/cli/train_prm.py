@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from ragteam.cli.train import run_trainer
+from ragteam.train.prm import PRMTrainConfig, train_prm
 
-from pydantic import Field
+__all__ = ["RENAMED", "Config", "run"]
 
-from ragteam.cli.train import TrainerCommand, run, train
-from ragteam.train.prm import PRMOptions
+Config = PRMTrainConfig
+RENAMED = {"--init": "--prm.model"}
+"""The start model's former spelling, named in the error: a PRM starts from `--prm.model`."""
 
-__all__ = ["Config", "run", "train"]
 
-
-class Config(TrainerCommand):
-    """Train a process reward model on ranked pairs (pairs.jsonl rows; formats in `ragteam.train.data`)."""
-
-    KIND: ClassVar[str] = "prm"
-    TRAINER: ClassVar[str] = "ragteam.train.prm:train_prm"
-
-    prm: PRMOptions = Field(default_factory=PRMOptions)
+def run(cfg: PRMTrainConfig) -> int:
+    return run_trainer("prm", cfg, lambda: train_prm(cfg), "--prm.model {out}")

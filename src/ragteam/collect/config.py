@@ -1,10 +1,10 @@
 """The one config of `ragteam collect sft|process`, and how it becomes the eval's `TeamConfig`.
 
 Collect runs a workflow like `ragteam eval` does (same `--llm.*`, `--retriever.*`, `--rollout.*`, workflow
-flags, `--data`, `--limit/--offset`, resumable `--out`), with three differences: the policy is the
-`--teacher.*` (default: the packaged SmolLM2, i.e. self-distillation), sampling defaults to temperature 1,
-and the fork schedule or keep-one-of-N is set by the command (`--tree`, `--samples`, `--candidates`,
-`--ranker`) rather than by `--rollout.forks` / `--rollout.best-of.*`.
+flags, `--data`, `--limit/--offset`, resumable `--out`), with three differences: the policy (`--policy.*`) is
+the teacher whose replies become rows (default: the packaged SmolLM2, i.e. self-distillation), sampling
+defaults to temperature 1, and the fork schedule or keep-one-of-N is set by the command (`--tree`,
+`--samples`, `--candidates`, `--ranker`) rather than by `--rollout.forks` / `--rollout.best-of.*`.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ class CollectConfig(ProfiledConfig):
     overwrite: bool = Field(False, description="discard the episodes already in --out instead of resuming")
     progress: bool = Field(True, description="show a progress bar")
 
-    teacher: ModelConfig = Field(
+    policy: ModelConfig = Field(
         default_factory=ModelConfig,
-        description="the model that plays the policy's roles while collecting (default: the packaged "
+        description="the policy sampled, the teacher whose replies become rows (default: the packaged "
         "SmolLM2, the policy itself: self-distillation)",
     )
     llm: ModelConfig = Field(default_factory=ModelConfig, description="the fixed LLM server (as in eval)")
@@ -178,7 +178,7 @@ class CollectConfig(ProfiledConfig):
 
     @property
     def teacher_name(self) -> str:
-        t = self.teacher
+        t = self.policy
         name = t.model if t.backend == "local" else f"{t.base_url}/{t.model}"
         return name + (f"+lora:{t.lora}" if t.lora else "")
 
@@ -222,11 +222,11 @@ class CollectConfig(ProfiledConfig):
         return RolloutConfig.model_validate(data)
 
     def run_config(self) -> TeamConfig:
-        """The eval's TeamConfig of this collection: the teacher plays the policy."""
+        """The eval's TeamConfig of this collection: the policy sampled is the teacher."""
         return TeamConfig(
             **self.workflow_config().model_dump(),
             workflow=self.workflow,
-            policy=self.teacher,
+            policy=self.policy,
             llm=self.llm,
             retriever=self.retriever,
             rollout=self.resolved_rollout(),

@@ -66,7 +66,7 @@ def build_collection(cfg: CollectConfig, data: str, fmt: str):
     from ragteam.llm.factory import build_chat_model
 
     retriever = build_retriever(run_cfg, data, fmt)
-    teacher = build_chat_model(cfg.teacher) if "policy" in workflow.needs else None
+    teacher = build_chat_model(cfg.policy) if "policy" in workflow.needs else None
     return workflow, build_engine(run_cfg, teacher, None, retriever)
 
 

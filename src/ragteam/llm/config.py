@@ -62,3 +62,23 @@ class ModelConfig(Config):
         description="openai backend: ask for token ids and log-probs (OpenAI's logprobs and vLLM's token-id "
         "extensions; a server that rejects them is asked without them)",
     )
+
+
+_FIELDS = ModelConfig.model_fields
+
+
+class LocalModelConfig(Config):
+    """A chat model run in this process: ModelConfig's local fields, the same names, defaults, checks and
+    help (taken from ModelConfig, not repeated); `chat_model_config()` is the ModelConfig the one model builder
+    (`build_chat_model`) takes."""
+
+    model: str = _FIELDS["model"]
+    device: Literal["auto", "cpu", "cuda"] = _FIELDS["device"]
+    dtype: Literal["float32", "bfloat16", "float16"] = _FIELDS["dtype"]
+    lora: str | None = _FIELDS["lora"]
+    threads: int | None = _FIELDS["threads"]
+    max_batch_size: int = _FIELDS["max_batch_size"]
+
+    def chat_model_config(self) -> ModelConfig:
+        """This model as a ModelConfig (backend local)."""
+        return ModelConfig(backend="local", **self.model_dump())

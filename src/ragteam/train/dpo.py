@@ -1,12 +1,12 @@
-"""Direct preference optimisation of the policy on pairs (TRL's DPOTrainer); the reference is the init model.
+"""Direct preference optimisation of the policy on pairs (TRL's DPOTrainer); the reference is the start model.
 
-    ragteam train dpo --data pairs.jsonl --out runs/dpo [--init runs/sft] [--lora] [--dpo.beta 0.1]
+    ragteam train dpo --data pairs.jsonl --out runs/dpo [--policy.model runs/sft] [--lora] [--dpo.beta 0.1]
 
 Each pair becomes TRL's conversational preference row `{prompt: messages, chosen: [assistant],
 rejected: [assistant]}`; TRL renders it with the model's chat template, so DPO sees the same prompt text as
-the policy at rollout time. The reference log-probs are computed once, with the init model, before the first
+the policy at rollout time. The reference log-probs are computed once, with the start model, before the first
 step (`--dpo.precompute-ref`): no second copy of the model stays in memory, and a resumed run recomputes
-them from the same init model. With `--lora` the reference is the base model (the adapter switched off).
+them from the same start model (`--policy.model`). With `--lora` the reference is the base model (the adapter switched off).
 
 The result in `--out` is a full model folder (`--policy.model DIR`) or a LoRA adapter (`--policy.lora DIR`).
 """
@@ -22,7 +22,7 @@ from pydantic import Field
 from ragteam.config import Config
 from ragteam.train.data import PairRow, read_pair_rows
 from ragteam.train.rows import conversation_length, drop_long_rows, row_limit
-from ragteam.train.train_config import TrainConfig, lora_config
+from ragteam.train.train_config import OVERWRITE_HELP, StartModel, TrainConfig, lora_config
 from ragteam.train.trl_args import jsonl_log_callback, start_training, train_and_report, trainer_arguments
 
 
@@ -41,6 +41,15 @@ class DPOOptions(Config):
     )
 
 
+class DPOConfig(TrainConfig):
+    """Prefer chosen over rejected replies (pairs.jsonl rows; formats in `ragteam.train.data`): what
+    `ragteam train dpo` resolves its flags into, and `train_dpo` takes."""
+
+    policy: StartModel = Field(default_factory=StartModel)
+    dpo: DPOOptions = Field(default_factory=DPOOptions)
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
+
+
 def dpo_dataset(rows: list[PairRow]):
     """A datasets.Dataset of conversational preference rows (what DPOTrainer tokenizes)."""
     from datasets import Dataset
@@ -57,18 +66,20 @@ def dpo_dataset(rows: list[PairRow]):
     )
 
 
-def train_dpo(cfg: TrainConfig, opts: DPOOptions | None = None) -> Path:
-    """DPO-train `cfg.init` on the pairs in `cfg.data`; return the output folder holding the final model."""
+def train_dpo(cfg: DPOConfig) -> Path:
+    """`ragteam train dpo` without the terminal: DPO-train `--policy.model` on the pairs in `cfg.data`;
+    return the output folder holding the final model (or adapter)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    opts = opts or DPOOptions()
-    # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "dpo", partial(read_pair_rows, command="train dpo"))
+    opts = cfg.dpo
+    # --out checked, rows validated, output folder ready (or the checkpoint to resume), lr and start model
+    # resolved, config written
+    start = start_training(cfg, "dpo", partial(read_pair_rows, command="train dpo"), cfg.policy.model)
     rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
-    # policy = init model; reference = the same init model (precomputed log-probs, or the adapter off)
+    # policy = start model; reference = the same start model (precomputed log-probs, or the adapter off)
     tokenizer = AutoTokenizer.from_pretrained(path)
     lengths = [
         max(

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from ragteam.assemble.config import JudgeConfig, TeamConfig
 from ragteam.config import ConfigError
 from ragteam.credit import credit_help
+from ragteam.llm.config import ModelConfig
 from ragteam.llm.prm import PRMConfig
 from ragteam.metrics.rewards import reward_help
 from ragteam.precedence import Layer, merge_layers
@@ -210,6 +211,11 @@ class PPOOptions(LoraFields):
         None,
         description="where pushed weights are written (default OUT/sync; for vllm: the folder it serves)",
     )
+    served_name: str | None = Field(
+        None,
+        description="with --policy.backend openai: the name the server serves the policy under (vLLM's "
+        "--served-model-name, serve llm's --served-name); default: the --policy.model value",
+    )
 
     @field_validator("train_roles", mode="before")
     @classmethod
@@ -222,8 +228,23 @@ class PPOOptions(LoraFields):
         return value
 
 
+class TrainedPolicy(ModelConfig):
+    """The policy PPO trains (`--policy.*`): ModelConfig, whose `model` here is always the weights training
+    starts from, served or not (a server's name for its copy is `--ppo.served-name`)."""
+
+    model: str = Field(
+        "smollm2",
+        description="the policy to start from: 'smollm2' (packaged), 'tiny' (test model) or a model folder "
+        "(an SFT model); also the frozen KL reference",
+    )
+
+
 class PPOConfig(TeamConfig):
     """Multi-agent PPO of one policy over a workflow's roles (`ragteam train ppo`)."""
+
+    policy: TrainedPolicy = Field(
+        default_factory=TrainedPolicy, description="the policy trained, playing every role of the workflow"
+    )
 
     recipe: str | None = Field(
         None,
@@ -235,9 +256,6 @@ class PPOConfig(TeamConfig):
     offset: int = Field(0, ge=0, description="first training question")
     limit: int | None = Field(None, ge=1, description="training questions used (default: all from offset)")
     out: str = Field(description="output folder: final policy and critic, checkpoints, log.jsonl, curves")
-    init: str = Field(
-        "smollm2", description="the policy to start from (an SFT model folder), also the KL reference"
-    )
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(temperature=SAMPLING_TEMPERATURE),
         description="decoding, seeds, groups and forks of the training rollouts (temperature 1 by default "
@@ -305,12 +323,7 @@ class PPOConfig(TeamConfig):
         ]
 
     @model_validator(mode="after")
-    def _policy_is_the_trained_model(self) -> PPOConfig:
-        if self.policy.backend == "local" and self.policy.model not in ("smollm2", self.init):
-            raise ValueError(
-                f"policy.model={self.policy.model!r}: the local policy is the model being trained; "
-                "set --init to start from another model"
-            )
+    def _needs(self) -> PPOConfig:
         if self.ppo.reward == "judge" and not self.judge.base_url:
             raise ValueError("ppo.reward=judge needs the judge's endpoint: --judge.base-url URL")
         if self.ppo.process_reward == "prm" and not self.prm.model:
@@ -325,6 +338,14 @@ class PPOConfig(TeamConfig):
                 f"(got --ppo.credit {self.ppo.credit})"
             )
         return self
+
+    def served_policy(self) -> ModelConfig:
+        """The policy as the rollouts reach it: `--policy.*`, asked for by `--ppo.served-name` on a server.
+        Why two names: `--policy.model` is the policy the trainer starts from (also the KL reference), and a
+        server may serve its copy of those weights under another name."""
+        if self.policy.backend == "local" or self.ppo.served_name is None:
+            return self.policy
+        return self.policy.model_copy(update={"model": self.ppo.served_name})
 
 
 SAMPLING_TEMPERATURE = 1.0

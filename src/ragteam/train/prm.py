@@ -1,13 +1,14 @@
 """Train a process reward model (PRM) on pairs: a one-output sequence classifier, Bradley-Terry loss.
 
-    ragteam train prm --data pairs.jsonl --out runs/prm [--init smollm2] [--lora]
+    ragteam train prm --data pairs.jsonl --out runs/prm [--prm.model smollm2] [--lora]
 
-The PRM is `AutoModelForSequenceClassification(num_labels=1)` initialised from the init LM (its body;
+The PRM is `AutoModelForSequenceClassification(num_labels=1)` initialised from the LM `--prm.model` names (its body;
 the score head starts random from `--seed`), trained with TRL's RewardTrainer: loss = -log sigmoid(s(chosen)
 - s(rejected)), RAG-Gym's eq. 1. Inputs are tokenized here with `ragteam.llm.prm.prm_input_ids`, the
 very function `ProcessRewardModel.score` uses, so training and scoring read identical tokens.
 
-The result in `--out` is always a full model folder (`--prm.model DIR`, `ProcessRewardModel(DIR)`): with
+`--prm.model` names the process reward model on every command: here the model it starts from, elsewhere the
+trained one. The result in `--out` is always a full model folder (`--prm.model DIR`, `ProcessRewardModel(DIR)`): with
 `--lora` the adapter is merged into the body before saving (the score head is trained in full either way).
 """
 
@@ -20,12 +21,14 @@ from pydantic import Field
 
 from ragteam.config import Config
 from ragteam.train.data import PairRow, read_pair_rows
-from ragteam.train.train_config import TrainConfig, lora_config
+from ragteam.train.train_config import OVERWRITE_HELP, START_MODEL_HELP, TrainConfig, lora_config
 from ragteam.train.trl_args import jsonl_log_callback, start_training, train_and_report, trainer_arguments
 
 
 class PRMOptions(Config):
-    """PRM-only settings (`--prm.*`)."""
+    """The process reward model trained (`--prm.*`): the model it starts from, and the PRM-only settings."""
+
+    model: str = Field("smollm2", description=START_MODEL_HELP + " (its body; the score head starts random)")
 
     score_margin: bool = Field(
         False,
@@ -57,14 +60,25 @@ def prm_dataset(rows: list[PairRow], tokenizer, max_length: int, score_margin: b
     return Dataset.from_list(records)
 
 
-def train_prm(cfg: TrainConfig, opts: PRMOptions | None = None) -> Path:
-    """Train a process reward model from `cfg.init` on the pairs in `cfg.data`; return the output folder holding it."""
+class PRMTrainConfig(TrainConfig):
+    """Train a process reward model on ranked pairs (pairs.jsonl rows; formats in `ragteam.train.data`):
+    what `ragteam train prm` resolves its flags into, and `train_prm` takes."""
+
+    prm: PRMOptions = Field(default_factory=PRMOptions)
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
+
+
+def train_prm(cfg: PRMTrainConfig) -> Path:
+    """`ragteam train prm` without the terminal: train a process reward model from `--prm.model` on the pairs
+    in `cfg.data`; return the output folder holding it."""
     from transformers import AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
-    opts = opts or PRMOptions()
-    # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "prm", partial(read_pair_rows, command="train prm"))
+    opts = cfg.prm
+    # --out checked, rows validated, output folder ready (or the checkpoint to resume), lr and start model
+    # resolved, config written
+    read_rows = partial(read_pair_rows, command="train prm")
+    start = start_training(cfg, "prm", read_rows, opts.model, "--prm.model")
     rows, resume_from, lr, path = start.rows, start.resume_from, start.lr, start.init
 
     # tokenizer and pre-tokenized pairs (the PRM's one rendering)
@@ -73,7 +87,7 @@ def train_prm(cfg: TrainConfig, opts: PRMOptions | None = None) -> Path:
         tokenizer.pad_token = tokenizer.eos_token
     dataset = prm_dataset(rows, tokenizer, cfg.max_length, opts.score_margin)
 
-    # trainer: RewardTrainer loads the init LM as a one-output classifier (seeded head)
+    # trainer: RewardTrainer loads the start LM as a one-output classifier (seeded head)
     args = RewardConfig(
         **trainer_arguments(cfg, lr),
         max_length=cfg.max_length,

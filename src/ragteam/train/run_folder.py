@@ -9,22 +9,37 @@
     DIR/                     the final model: a full model folder, or a LoRA adapter (policy trainers)
 
 The folder guards against mistakes: a folder that already holds checkpoints or a model is only reused with
-`--resume`, so a second run never overwrites a first one by accident. The initial model (`--init`) is
-resolved here too, before the folder is made: a bad one leaves none behind.
+`--resume`, so a second run never overwrites a first one by accident, and a folder holding files another
+command wrote is refused unless `--overwrite` (`check_train_out`). The model a run starts from
+(`--policy.model`, `--prm.model` for a PRM) is resolved here too, before the folder is made: a bad one
+leaves none behind.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ragteam.config import Config, versions
 from ragteam.train.train_config import TrainConfig
 
-__all__ = ["checkpoints", "prepare_out_dir", "read_log", "resolve_init", "write_config"]
+__all__ = ["check_train_out", "checkpoints", "prepare_out_dir", "read_log", "resolve_init", "write_config"]
+
+TRAIN_OWN = ("log.jsonl",)  # what a trainer writes into --out before its config.yaml
+
+
+def check_train_out(kind: str, cfg: Any) -> None:
+    """Refuse an `--out` that holds files `ragteam train KIND` did not write, unless `cfg.overwrite`
+    (`ragteam.outdir`). Under torchrun only rank 0 checks: the others would see its files appear."""
+    from ragteam.outdir import check_out_dir
+
+    if os.environ.get("RANK", "0") == "0":
+        check_out_dir(cfg.out, f"train {kind}", bool(getattr(cfg, "overwrite", False)), own=TRAIN_OWN)
 
 
 def checkpoints(out: str | Path) -> list[Path]:
@@ -77,8 +92,9 @@ def read_log(out: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def resolve_init(init: str) -> Path:
-    """The init model's folder (`smollm2` and `tiny` are built on first use); a clear error for an adapter."""
+def resolve_init(init: str, flag: str = "--policy.model") -> Path:
+    """The folder of the model a run starts from (`smollm2` and `tiny` are built on first use); a clear
+    error, naming `flag`, for an adapter."""
     from ragteam.llm.local import resolve_model_path
 
     path = Path(init).expanduser()
@@ -87,21 +103,19 @@ def resolve_init(init: str) -> Path:
             "base_model_name_or_path"
         )
         raise ValueError(
-            f"--init {init} is a LoRA adapter, not a model: start from a full model folder (its base was "
+            f"{flag} {init} is a LoRA adapter, not a model: start from a full model folder (its base was "
             f"{base}); to continue a LoRA run use --resume, or train the first stage without --lora"
         )
     return resolve_model_path(init)
 
 
-def write_config(
-    out: str | Path, command: str, cfg: Config, options: Config, lr: float, init_path: Path
-) -> Path:
-    """Write `out/config.yaml`: the common config with the resolved lr, the trainer's options, versions."""
-    resolved = cfg.model_dump(mode="json") | {"lr": lr}
-    key = command.split()[-1]
+def write_config(out: str | Path, command: str, cfg: Config, lr: float, init_path: Path) -> Path:
+    """Write `out/config.yaml`: the trainer's config with the resolved lr (`--overwrite` left out: it says
+    how the folder was chosen, not how the model was trained), the resolved start model, versions."""
+    resolved = cfg.model_dump(mode="json", exclude={"overwrite"}) | {"lr": lr}
     doc = {
         "command": command,
-        "config": resolved | {key: options.model_dump(mode="json")},
+        "config": resolved,
         "init_path": str(init_path),
         "versions": versions() | _training_versions(),
     }

@@ -1,6 +1,6 @@
 """Supervised fine-tuning of the policy on SFT rows (TRL's SFTTrainer), loss on the assistant's reply only.
 
-    ragteam train sft --data sft.jsonl --out runs/sft [--init smollm2] [--lora] [--max-steps N] [--resume]
+    ragteam train sft --data sft.jsonl --out runs/sft [--policy.model smollm2] [--lora] [--max-steps N] [--resume]
 
 Each row becomes a prompt/completion pair of chat messages: prompt = the row's messages, completion = the
 target as the assistant's reply. Two masks, both from TRL, select the trained tokens: the completion mask
@@ -11,7 +11,7 @@ tokens in both are exactly the target and its `<|im_end|>` (not the assistant he
 compute goes to padding; on CPU the packed sequences are batched as rows (`PackedRowsCollator`).
 
 The result in `--out` is a full model folder (`--policy.model DIR`) or, with `--lora`, a LoRA adapter
-(`--policy.model INIT --policy.lora DIR`). The tokenizer is saved with the model's stock chat template.
+(`--policy.model START --policy.lora DIR`, START the `--policy.model` it was trained from). The tokenizer is saved with the model's stock chat template.
 
 `--preset c3po|rag-gym` sets a paper's SFT values (`PRESETS`, each with its source; docs/training.md lists
 them). As with PPO's recipes, resolved once (`ragteam.config.resolve`, `preset_layers`): field defaults < preset <
@@ -21,7 +21,7 @@ them). As with PPO's recipes, resolved once (`ragteam.config.resolve`, `preset_l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -30,7 +30,7 @@ from ragteam.precedence import Layer
 from ragteam.train.data import SFTRow, read_sft_rows
 from ragteam.train.rows import conversation_length, drop_long_rows, row_limit
 from ragteam.train.run_folder import resolve_init
-from ragteam.train.train_config import TrainConfig, lora_config
+from ragteam.train.train_config import OVERWRITE_HELP, StartModel, TrainConfig, lora_config
 from ragteam.train.trl_args import jsonl_log_callback, start_training, train_and_report, trainer_arguments
 from ragteam.workflows.setting import Setting
 
@@ -108,6 +108,26 @@ class SFTOptions(Config):
     )
 
 
+class SFTConfig(TrainConfig):
+    """Fine-tune the policy on target replies (sft.jsonl rows; formats in `ragteam.train.data`): what
+    `ragteam train sft` resolves its flags into, and `train_sft` takes."""
+
+    policy: StartModel = Field(default_factory=StartModel)
+    preset: Literal["c3po", "rag-gym"] | None = Field(
+        None,
+        description="a paper's SFT values (docs/training.md): c3po (Table 6: lr 4e-5, 3 epochs, cosine, "
+        "warm-up ratio 0.03, 4096 tokens) or rag-gym (E.2: LoRA r 256, alpha 512 on the attention "
+        "projections); flags and --config override it",
+    )
+    sft: SFTOptions = Field(default_factory=SFTOptions)
+    overwrite: bool = Field(False, description=OVERWRITE_HELP)
+
+    @classmethod
+    def layers(cls, given: dict[str, Any]) -> list[Layer]:
+        """The preset's values under the config file and flags (`preset_layers`)."""
+        return preset_layers(given)
+
+
 def sft_dataset(rows: list[SFTRow]):
     """A datasets.Dataset of conversational prompt/completion rows (what SFTTrainer tokenizes)."""
     from datasets import Dataset
@@ -117,17 +137,17 @@ def sft_dataset(rows: list[SFTRow]):
     )
 
 
-def build_sft_trainer(
-    cfg: TrainConfig, opts: SFTOptions, rows: list[SFTRow], lr: float, path: Path | None = None
-):
-    """The SFTTrainer, model loaded and data tokenized and masked; returns (trainer, stock template)."""
+def build_sft_trainer(cfg: SFTConfig, rows: list[SFTRow], lr: float, path: Path | None = None):
+    """The SFTTrainer, model loaded (`path`, default `--policy.model`) and data tokenized and masked;
+    returns (trainer, stock template)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     from ragteam.train.templates import training_chat_template
 
-    path = path if path is not None else resolve_init(cfg.init)
+    opts = cfg.sft
+    path = path if path is not None else resolve_init(cfg.policy.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     stock_template = tokenizer.chat_template
     tokenizer.chat_template = training_chat_template(tokenizer)  # same text, assistant tokens marked
@@ -210,17 +230,19 @@ def _packed_rows_trainer_class():
     return PackedRowsSFTTrainer
 
 
-def train_sft(cfg: TrainConfig, opts: SFTOptions | None = None) -> Path:
-    """Fine-tune `cfg.init` on the SFT rows in `cfg.data`; return the folder holding the final model."""
-    opts = opts or SFTOptions()
-    # rows validated, output folder ready (or the checkpoint to resume), lr and init resolved, config written
-    start = start_training(cfg, opts, "sft", read_sft_rows)
+def train_sft(cfg: SFTConfig) -> Path:
+    """`ragteam train sft` without the terminal: fine-tune `--policy.model` on the SFT rows in `cfg.data`;
+    return the folder holding the final model (or adapter). The preset is part of `cfg` already (resolved
+    when it was built)."""
+    # --out checked, rows validated, output folder ready (or the checkpoint to resume), lr and start model
+    # resolved, config written
+    start = start_training(cfg, "sft", read_sft_rows, cfg.policy.model)
 
     # model, tokenizer, tokenized data, trainer
-    trainer, stock_template = build_sft_trainer(cfg, opts, start.rows, start.lr, start.init)
+    trainer, stock_template = build_sft_trainer(cfg, start.rows, start.lr, start.init)
 
     # train
-    train_and_report(trainer, cfg, opts, start.resume_from)
+    train_and_report(trainer, cfg, cfg.sft, start.resume_from)
 
     # save: the model (or adapter) and the tokenizer with the model's own template
     trainer.processing_class.chat_template = stock_template

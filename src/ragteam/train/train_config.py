@@ -1,5 +1,6 @@
 """The settings the TRL-based trainers (SFT, DPO, PRM) share, and the LoRA settings PPO shares with them:
-data, output, initial model, LoRA, schedule, checkpoints, logging; each trainer's default learning rate."""
+data, output, LoRA, schedule, checkpoints, logging; each trainer's default learning rate; the model a
+trainer starts from, spelled as every command spells a model (`--policy.model`, `--prm.model`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from ragteam.train.report import REPORT_TO_HELP, ReportTo
 __all__ = [
     "DEFAULT_LR",
     "LLAMA_LORA_TARGETS",
+    "OVERWRITE_HELP",
     "LoraFields",
+    "StartModel",
     "TrainConfig",
     "TrainInputs",
     "lora_config",
@@ -56,9 +59,22 @@ class TrainInputs(Config):
 
     data: str = Field(description="training rows: sft.jsonl (train sft) or pairs.jsonl (train dpo|prm)")
     out: str = Field(description="output folder: final model, checkpoints, log.jsonl, config.yaml")
-    init: str = Field(
-        "smollm2", description="initial model: 'smollm2' (packaged), 'tiny' (test model) or a model folder"
-    )
+
+
+START_MODEL_HELP = "the model to start from: 'smollm2' (packaged), 'tiny' (test model) or a model folder"
+
+
+class StartModel(Config):
+    """The policy a TRL trainer starts from (`--policy.model`): ModelConfig's field name, so the weights a
+    command trains are named as those it runs (`eval --policy.model runs/sft`)."""
+
+    model: str = Field("smollm2", description=START_MODEL_HELP)
+
+
+OVERWRITE_HELP = (
+    "write into a non-empty --out that holds files this command did not write (another command's run, "
+    "someone's files); a folder holding this trainer's own checkpoints or model still needs --resume"
+)
 
 
 DEFAULT_LR: dict[str, dict[str, float]] = {
@@ -78,7 +94,8 @@ _LR_HELP = ", ".join(f"{t} {_lr(v['full'])} (LoRA {_lr(v['lora'])})" for t, v in
 
 
 class TrainConfig(LoraFields, TrainInputs):  # fields in reverse base order: inputs, LoRA, then these
-    """Settings every trainer shares: data, output, initial model, LoRA, schedule, checkpoints, logging."""
+    """Settings every TRL trainer shares: data, output, LoRA, schedule, checkpoints, logging (the model it
+    starts from and its own options are the trainer's config's: `SFTConfig`, `DPOConfig`, `PRMTrainConfig`)."""
 
     max_steps: int | None = Field(
         None, ge=1, description="stop after this many optimizer steps (overrides --epochs)"

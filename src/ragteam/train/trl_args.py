@@ -14,7 +14,7 @@ from typing import Any
 
 from ragteam.config import Config
 from ragteam.train.report import wandb_run
-from ragteam.train.run_folder import prepare_out_dir, resolve_init, write_config
+from ragteam.train.run_folder import check_train_out, prepare_out_dir, resolve_init, write_config
 from ragteam.train.train_config import TrainConfig, resolved_lr
 
 __all__ = [
@@ -90,7 +90,7 @@ def train_and_report(trainer: Any, cfg: TrainConfig, opts: Config, resume_from: 
     """`trainer.train()`, from `resume_from` when resuming, inside the W&B run of `--report-to wandb` (opened
     in OUT/wandb with the resolved config, finished when training ends). The terminal shows ragteam's step
     lines (`StepLines`) instead of transformers' raw log dicts."""
-    config = {**cfg.model_dump(mode="json"), **opts.model_dump(mode="json")}
+    config = {**cfg.model_dump(mode="json", exclude={"overwrite"}), **opts.model_dump(mode="json")}
     from ragteam.train.step_lines import use_step_lines
 
     use_step_lines(trainer, type(opts).__name__.removesuffix("Options").lower(), cfg.progress)
@@ -173,17 +173,20 @@ class Start:
 
 def start_training(
     cfg: TrainConfig,
-    opts: Config,
     trainer: str,
     read_rows: Callable[[str], list[Any]],
+    model: str,
+    flag: str = "--policy.model",
 ) -> Start:
-    """The phases every trainer opens with, in order: libraries set up; every row validated before any model
-    loads; the output folder prepared (fresh, or the checkpoint to resume from); the learning rate and the
-    initial model resolved; the resolved config written."""
+    """The phases every trainer opens with, in order: `--out` checked (`check_train_out`); libraries set up;
+    every row validated before any model loads; the output folder prepared (fresh, or the checkpoint to
+    resume from); the learning rate and the start model (`model`, given as `flag`) resolved; the resolved
+    config written."""
+    check_train_out(trainer, cfg)
     setup_libraries()
     rows = read_rows(cfg.data)
     resume_from = prepare_out_dir(cfg)
     lr = resolved_lr(cfg, trainer)
-    init = resolve_init(cfg.init)
-    write_config(cfg.out, f"train {trainer}", cfg, opts, lr, init)
+    init = resolve_init(model, flag)
+    write_config(cfg.out, f"train {trainer}", cfg, lr, init)
     return Start(rows, resume_from, lr, init)

@@ -1,7 +1,7 @@
 """Multi-agent PPO on episode trees: one policy playing every role of a workflow, with a critic or a group
 baseline.
 
-    ragteam train ppo --recipe mmoa --data hotpotqa.jsonl --limit 400 --init runs/sft --out runs/ppo
+    ragteam train ppo --recipe mmoa --data hotpotqa.jsonl --limit 400 --policy.model runs/sft --out runs/ppo
     ragteam train ppo --recipe mmoa ... --ppo.advantage grpo --rollout.group-size 4   # critic-free
 
 Each iteration runs six named, timed phases, top to bottom in `train_ppo` (`loop.py`):

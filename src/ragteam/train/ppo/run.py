@@ -98,9 +98,10 @@ def build(cfg: PPOConfig) -> Run:
     from ragteam.assemble.folder import read_selected
     from ragteam.config import save_resolved
     from ragteam.llm.local import DTYPES, LocalChatModel, resolve_device
-    from ragteam.train.run_folder import prepare_out_dir, resolve_init
+    from ragteam.train.run_folder import check_train_out, prepare_out_dir, resolve_init
     from ragteam.workflows.registry import workflow_package
 
+    check_train_out("ppo", cfg)  # a folder holding another command's files: refused before any work
     workflow = build_workflow(cfg)
     estimator = check(cfg, workflow)  # a setting that cannot learn fails before any model loads
     qset, questions = read_selected(cfg.data, cfg.format, cfg.offset, cfg.limit)
@@ -110,7 +111,7 @@ def build(cfg: PPOConfig) -> Run:
     if not questions:
         raise ValueError(f"{cfg.data}: no training questions at offset {cfg.offset}")
 
-    init = resolve_init(cfg.init)  # before the run folder: a bad --init leaves none behind
+    init = resolve_init(cfg.policy.model)  # before the run folder: a bad --policy.model leaves none behind
     cfg = with_sample_limit(cfg, init)  # resolved, so config.yaml shows the limit the run uses
     device = resolve_device(cfg.device)
     dist = from_env(device)  # torchrun: one rank of a data-parallel job (train/distributed.py)
@@ -294,7 +295,7 @@ def lora_policy(base: Any, cfg: PPOConfig, resume_from: Path | None) -> Any:
 def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
     """The rollout engine, assembled as every entry point assembles one (`assemble.build.build_team`) around
     `policy`: the trained module, in process; else the policy as configured: a server, or, in a Ray rollout
-    worker, a copy of `--init` that gets the trained weights pushed before every rollout. The fixed LLM and
+    worker, a copy of `--policy.model` that gets the trained weights pushed before every rollout. The fixed LLM and
     the retriever are built there too (once per worker); the LLM is never the policy: that one is trained."""
     from ragteam.assemble.build import build_team
     from ragteam.llm.factory import build_chat_model
@@ -304,14 +305,14 @@ def rollout_engine(cfg: PPOConfig, fmt: str | None, policy: Any = None) -> Any:
     if policy is None and cfg.policy.backend == "local":
         p = cfg.policy
         policy = LocalChatModel(
-            resolve_init(cfg.init),
+            resolve_init(cfg.policy.model),
             device=p.device,
             dtype=p.dtype,
             max_batch_size=p.max_batch_size,
             name="policy",
         )
     elif policy is None:
-        policy = build_chat_model(cfg.policy)
+        policy = build_chat_model(cfg.served_policy())
     return build_team(cfg, data=cfg.data, fmt=fmt, policy=policy).engine
 
 
@@ -327,5 +328,7 @@ def weight_sync(cfg: PPOConfig, engine: Any) -> WeightSync:
         if not cfg.ppo.lora:
             raise ValueError("--ppo.weight-sync vllm-lora pushes a LoRA adapter: add --ppo.lora")
         rename = partial(setattr, engine.policy, "model")  # rollouts then ask for the new adapter by name
-        return PushLoRAToVLLM(cfg.policy.base_url or "", folder, cfg.policy.model, rename, api_key=key)
+        return PushLoRAToVLLM(
+            cfg.policy.base_url or "", folder, cfg.served_policy().model, rename, api_key=key
+        )
     return PushToServer.for_base_url(cfg.policy.base_url or "", folder, api_key=key)
