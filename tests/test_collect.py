@@ -428,7 +428,7 @@ def test_collect_asks_the_workflow_what_it_collects(monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ end to end
 
-TINY = ["--teacher.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2"]
+TINY = ["--policy.model", "tiny", "--llm.model", "tiny", "--retriever.kind", "bm25", "--topk", "2"]
 TINY += ["--rollout.max-tokens", "12", "--rollout.llm-max-tokens", "8", "--no-progress"]
 
 
