@@ -49,9 +49,24 @@ WORKFLOW_SETTINGS: dict[str, Any] = {
     "max_rounds": 3,
     "max_steps": 4,
 }
+
+
+def workflow_settings(workflow: str) -> dict[str, Any]:
+    """`WORKFLOW_SETTINGS` that `workflow` reads: the options its Workflow declares (MMOA-RAG's `candidates`,
+    C-3PO's `max_rounds`), as its config takes them."""
+    from ragteam.workflows.registry import workflow_options
+
+    fields = workflow_options(workflow).model_fields
+    return {k: v for k, v in WORKFLOW_SETTINGS.items() if k in fields}
+
+
 ROLLOUT_SETTINGS: dict[str, Any] = {"max_tokens": 96, "llm_max_tokens": 48}
 # What the demo writes into --out (it has no config.yaml to recognise its folder by); see ragteam.outdir
 DEMO_OWN = ("before", "after", "sft", "ppo", "summary.md", "report.md", "report.html", "*.png")
+
+
+RENAMED = {"--model.": "--policy."}
+"""The demo's former model group, named in the error (`ragteam.cli.main`): the model it trains is the policy."""
 
 
 class Config(BaseConfig):
@@ -65,10 +80,6 @@ class Config(BaseConfig):
         False, description="the full preset: 20 held-out questions, longer training, C-3PO SFT"
     )
     questions: int = Field(8, ge=1, le=TRAIN_OFFSET, description="held-out questions each workflow answers")
-RENAMED = {"--model.": "--policy."}
-"""The demo's former model group, named in the error (`ragteam.cli.main`): the model it trains is the policy."""
-
-
     workflows: list[str] = Field(
         default_factory=lambda: BASELINES + TEAMS,
         description=workflow_help("workflows evaluated before training"),
@@ -234,7 +245,7 @@ def evaluate(
             rollout=RolloutConfig(**ROLLOUT_SETTINGS),
             overwrite=cfg.overwrite,
             progress=cfg.progress,
-            **WORKFLOW_SETTINGS,
+            **workflow_settings(workflow),
         ),
         log=lambda _msg: None,
     )
@@ -272,11 +283,17 @@ def warm_start(
         retriever=retriever,
         overwrite=cfg.overwrite,
         progress=cfg.progress,
-        **WORKFLOW_SETTINGS,
     )
     collected = [
         run_collect(
-            CollectConfig(what="sft", workflow="mmoa", out=str(root / "mmoa-rows"), **common), log=quiet
+            CollectConfig(
+                what="sft",
+                workflow="mmoa",
+                out=str(root / "mmoa-rows"),
+                **common,
+                **workflow_settings("mmoa"),
+            ),
+            log=quiet,
         )
     ]
     info["collect"]["mmoa"] = collected[-1]
@@ -292,6 +309,7 @@ def warm_start(
             relabel_invalid=True,
             rollout=RolloutConfig(**ROLLOUT_SETTINGS, temperature=1.0),
             **common,
+            **workflow_settings("c3po"),
         )
         collected.append(run_collect(c3po, log=quiet))
         info["collect"]["c3po"] = collected[-1]
@@ -384,7 +402,7 @@ def ppo(
                     "kl_anneal_to": 0.0,
                     "kl_beta_min": 0.0,
                 },
-                **WORKFLOW_SETTINGS,
+                **workflow_settings("mmoa"),
             )
         )
     print(f"   PPO: {cfg.ppo_iterations} iterations -> {out}")
