@@ -260,7 +260,14 @@ def llm_target(args: argparse.Namespace, questions: list[str]) -> Target:
         messages = [{"role": "user", "content": q}]
         return {"messages": messages, "max_tokens": args.max_tokens, "temperature": 0}, chat_check
 
-    args_ = ["--model", args.model, "--threads", "1", "--max-batch-size", str(args.llm_batch)]
+    args_ = [
+        "--model.model",
+        args.model,
+        "--model.threads",
+        "1",
+        "--model.max-batch-size",
+        str(args.llm_batch),
+    ]
     huge = {"messages": [{"role": "user", "content": HUGE_PROMPT}], "max_tokens": args.max_tokens}
     return Target("llm", "/v1/chat/completions", args_, args.llm_batch, good, huge=[("3.9 MB prompt", huge)])
 
@@ -568,7 +575,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS))
     ap.add_argument(
-        "--model", default="tiny", help="`serve llm --model` and the team's models: tiny, smollm2 or a folder"
+        "--model",
+        default="tiny",
+        help="`serve llm --model.model` and the team's models: tiny, smollm2 or a folder",
     )
     ap.add_argument(
         "--data", default=str(DEFAULT_DATA), help="questions to send; its paragraphs are the corpus"
@@ -576,7 +585,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=64, help="concurrent clients sending good requests")
     ap.add_argument("--requests", type=int, help=f"good requests per client and phase (default {REQUESTS})")
     ap.add_argument("--max-tokens", type=int, default=8, help="completion tokens per LLM call")
-    ap.add_argument("--llm-batch", type=int, default=32, help="`serve llm --max-batch-size`")
+    ap.add_argument("--llm-batch", type=int, default=32, help="`serve llm --model.max-batch-size`")
     ap.add_argument("--team-batch", type=int, default=32, help="`serve team --max-batch`")
     ap.add_argument("--index", help="`serve retriever`'s index folder (default: --data's paragraphs, BM25)")
     ap.add_argument("--kind", default="bm25", choices=["bm25", "dense", "hybrid"], help="retriever served")
