@@ -49,7 +49,9 @@ are the ones `ragteam WORDS --help` prints; *Default* is the value the command s
 - **A team's own options.** A command that runs a workflow reads `--workflow` first (or the `--config`
   file's, or the recipe's): options the team declares itself (its Workflow's `Options`, such as the
   Search-R1 example's `--max-turns`, [extend.md](extend.md)) become flags of the command, and
-  `ragteam eval --workflow NAME --help` lists them. The tables below show the built-in workflows' options.
+  `ragteam eval --workflow NAME --help` lists them. The command tables below list the options every
+  workflow reads (`--profile`, `--topk`); each built-in workflow's own are under
+  [Workflow options](#workflow-options), flags of every command that runs it.
 - **Booleans** have a `--no-` form (`--progress` / `--no-progress`).
 - **Lists** take one or more values (`--kinds bm25 dense`); repeating the flag adds to the list.
 - Types and ranges are checked when the config is built; an error names the field and the value.
@@ -269,7 +271,55 @@ def render() -> str:
             ]
             out += rows
             out.append("")
+    out += workflow_sections()
     return "\n".join(out).rstrip() + "\n"
+
+
+BUILT_IN = {"c3po": "C-3PO", "mmoa": "MMOA-RAG", "gym:react": "RAG-Gym (every `gym:*` agent)"}
+"""The built-in workflows with options of their own (the baselines read only the shared ones)."""
+
+
+def workflow_sections() -> list[str]:
+    """A table per built-in workflow of the flags its options class adds to a command that runs it, each row
+    one argparse action as `add_config_arguments` builds it for the command."""
+    from ragteam.config import add_config_arguments
+    from ragteam.workflows.config import WorkflowConfig
+    from ragteam.workflows.registry import workflow_options
+
+    out = [
+        "## Workflow options",
+        "",
+        "Each workflow declares its own options (its Workflow's `Options`, in its package's `options.py`); a "
+        "command that runs it (`ask`, `eval`, `serve team`, `collect`, `train ppo`) takes them as flags, beside "
+        "the shared `--profile` and `--topk`. Another workflow's options are refused. `direct` and "
+        "`standard-rag` have none of their own.",
+        "",
+    ]
+    for name, title in BUILT_IN.items():
+        options = workflow_options(name)
+        parser = argparse.ArgumentParser()
+        add_config_arguments(parser, options)
+        out += [
+            f"### {title}: `{options.__module__}.{options.__name__}`",
+            "",
+            "| flag | type | default | description |",
+            "| --- | --- | --- | --- |",
+        ]
+        for action in parser._actions:
+            if action.dest not in options.model_fields or action.dest in WorkflowConfig.model_fields:
+                continue
+            info = options.model_fields[action.dest]
+            help_text = _help_text(parser, action)
+            suffix = _generated_suffix(info, False)
+            if suffix and help_text.endswith(suffix):
+                help_text = help_text[: -len(suffix)]
+            flag = " / ".join(f"`{s}`" for s in action.option_strings)
+            default = info.get_default(call_default_factory=True)
+            out.append(
+                f"| {flag} | {type_name(info.annotation)} | {show_value(default)} | {cell(help_text)} |"
+            )
+        out.append("")
+    return out
 
 
 def anchor(heading: str) -> str:

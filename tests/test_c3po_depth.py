@@ -22,9 +22,9 @@ from ragteam.rollout.tree import Episode, Node
 from ragteam.stats import episodes as stats
 from ragteam.types import Doc, Hit, Question
 from ragteam.workflows.c3po import C3PO as C3POWorkflow
+from ragteam.workflows.c3po.options import C3POOptions
 from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
 from ragteam.workflows.c3po.tree import DEPTH as C3PO
-from ragteam.workflows.config import WorkflowConfig
 
 MARK = "FACT"
 
@@ -77,7 +77,7 @@ def roll(rounds: int, max_depth: int = 13, max_rounds: int = 13) -> Episode:
     model = Scripted(rounds)
     cfg = RolloutConfig(**{**C3PO_TREE, "max_depth": max_depth}, temperature=1.0, seed=3)
     engine = Engine(model, model, Searcher(), cfg)
-    workflow = C3POWorkflow(WorkflowConfig(topk=3, max_rounds=max_rounds))
+    workflow = C3POWorkflow(C3POOptions(topk=3, max_rounds=max_rounds))
     (ep,) = engine.run(workflow, [QUESTION], reward=lambda q, a: {"f1": float(a == "yes")}).episodes
     assert ep.status == "ok"
     return ep

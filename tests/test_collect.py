@@ -22,7 +22,6 @@ from ragteam.rollout.traces import load_trace
 from ragteam.rollout.tree import Episode, Node
 from ragteam.train.data import read_pair_rows, read_sft_rows
 from ragteam.types import Action, Hit, Question
-from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import MMOA
 from ragteam.workflows.mmoa.labels import (
     content_words,
@@ -31,6 +30,7 @@ from ragteam.workflows.mmoa.labels import (
     selector_target,
     support_recall,
 )
+from ragteam.workflows.mmoa.options import MMOAOptions
 from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
 from ragteam.workflows.mmoa.workflow import GENERATOR, REWRITER, SELECTOR, MMOALabeling
 
@@ -290,7 +290,7 @@ def test_selector_and_rewriter_targets_round_trip_through_the_parsers():
 
 def test_labelling_rollout_builds_the_workflows_candidates():
     """MMOALabeling's candidate set after a rewrite is exactly what MMOA gives its Selector."""
-    cfg = WorkflowConfig(candidates=4)
+    cfg = MMOAOptions(candidates=4)
     rewrite = "Olympics 1992 host\nSpain capital"
     labelled = drive(MMOALabeling(cfg), QUESTION, policy={"rewriter": rewrite})
     real = drive(MMOA(cfg), QUESTION, policy={"rewriter": rewrite, "selector": "Document0"})
@@ -394,7 +394,9 @@ def test_config_sets_the_fork_schedule():
     assert CollectConfig(**base, rollout={"max_tokens": 8}).rollout.temperature == 1.0
     proc = CollectConfig(**{**base, "what": "process", "workflow": "gym:react", "candidates": 3})
     assert proc.resolved_rollout().best_of.n == 3 and proc.resolved_rollout().best_of.scorer == "llm"
-    assert proc.workflow_config().candidates == 10  # --candidates is N here, not MMOA's K
+    assert "candidates" not in type(proc.workflow_config()).model_fields  # N here: RAG-Gym has no K
+    mmoa_proc = CollectConfig(**{**base, "what": "process", "workflow": "mmoa", "candidates": 3})
+    assert mmoa_proc.n_candidates == 3 and mmoa_proc.workflow_config().candidates == 10  # N, not MMOA's K
     mmoa = CollectConfig(**{**base, "workflow": "mmoa", "candidates": 5})
     assert mmoa.workflow_config().candidates == 5 and mmoa.resolved_rollout().fork_at("rewriter", 0).k == 4
     with pytest.raises(ValueError, match="temperature 0"):

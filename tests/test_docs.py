@@ -4,6 +4,7 @@ command shown in the guides parses with the real parser and builds a valid confi
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import re
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ragteam.cli import main as cli_main
-from ragteam.config import ConfigError, config_from_args
+from ragteam.config import ConfigError, add_config_arguments, config_from_args
+from ragteam.workflows.registry import WORKFLOWS, workflow_options
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -218,11 +220,10 @@ def test_reference_defaults_are_the_default_profiles():
     """docs/cli.md shows field defaults and says they are the default profile's: keep that true."""
     profiles = pytest.importorskip("ragteam.workflows.profiles")
     from ragteam.assemble.config import TeamConfig
-    from ragteam.workflows.registry import WORKFLOWS
 
     for workflow in WORKFLOWS:
         for setting in profiles.settings(profiles.DEFAULT_PROFILE, workflow):
-            value: object = TeamConfig
+            value: object = TeamConfig.for_workflow(workflow)  # with the workflow's own options
             for part in setting.key.split("."):
                 info = value.model_fields[part]  # type: ignore[attr-defined]
                 value = info.get_default(call_default_factory=True)
@@ -260,6 +261,10 @@ def test_every_flag_named_in_the_guides_exists(monkeypatch):
         parser, _, _ = ref.command_parser(words)
         for action in parser._actions:
             known.update(action.option_strings)
+    for name in WORKFLOWS:  # each workflow's own options, flags of the commands that run it
+        own = argparse.ArgumentParser()
+        add_config_arguments(own, workflow_options(name))
+        known.update(s for action in own._actions for s in action.option_strings)
     problems = []
     for guide in GUIDES:
         text = (DOCS / guide).read_text(encoding="utf-8")

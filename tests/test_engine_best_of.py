@@ -15,8 +15,8 @@ from ragteam.metrics.answer import score_answer
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.scorers import LLMRankScorer, RolloutScorer
-from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import GymAgent
+from ragteam.workflows.gym.options import GymOptions
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_rollout_scorer_scores_candidates_by_their_rollouts_mean_reward(parts):
     scorer = build_scorer(cfg, tiny, tiny, retriever)
     assert isinstance(scorer, RolloutScorer)
     engine = Engine(tiny, tiny, retriever, cfg, scorer=scorer)
-    report = engine.run(GymAgent(WorkflowConfig(topk=2, max_steps=2), agent="react"), qs, reward=reward)
+    report = engine.run(GymAgent(GymOptions(topk=2, max_steps=2), agent="react"), qs, reward=reward)
     acts = sum(check_kept_one_of_n(ep, 3) for ep in report.episodes)
     assert acts >= 2 and engine.calls["select_sets"] == acts
     # the probe engine ran 3 candidates x 2 rollouts per act, none of them recorded in the tree
@@ -69,7 +69,7 @@ def test_llm_rank_scorer_with_the_llm_server(parts):
     scorer = build_scorer(cfg, tiny, tiny, retriever)
     assert isinstance(scorer, LLMRankScorer)
     engine = Engine(tiny, tiny, retriever, cfg, scorer=scorer)
-    report = engine.run(GymAgent(WorkflowConfig(topk=2, max_steps=2), agent="react"), qs[:1], reward=reward)
+    report = engine.run(GymAgent(GymOptions(topk=2, max_steps=2), agent="react"), qs[:1], reward=reward)
     assert check_kept_one_of_n(report.episodes[0], 2) >= 1
 
 
@@ -232,7 +232,7 @@ def test_outcome_and_random_scorers_in_the_engine(parts):
     tiny, qs, retriever = parts
     cfg = RolloutConfig(temperature=1.0, seed=5, max_tokens=12, best_of={"n": 3, "scorer": "outcome"})
     engine = Engine(tiny, tiny, retriever, cfg, scorer=build_scorer(cfg, tiny, tiny, retriever))
-    workflow = GymAgent(WorkflowConfig(topk=2, max_steps=2), agent="react")
+    workflow = GymAgent(GymOptions(topk=2, max_steps=2), agent="react")
     report = engine.run(workflow, qs, reward=reward)
     for ep in report.episodes:
         check_kept_one_of_n(ep, 3)

@@ -231,11 +231,13 @@ def test_a_team_without_an_llm_role_loads_no_llm(hotpot5):
     assert team.llm is None and team.policy is not None
 
 
-def test_workflow_options_are_flat_flags():
-    cfg = TeamConfig(workflow="mmoa", variant="s-g", topk=3, strategy="planning")
+def test_workflow_options_are_flat_fields_of_that_workflow_alone():
+    cfg = TeamConfig(workflow="mmoa", variant="s-g", topk=3)
     wf = cfg.workflow_config()
-    assert (wf.variant, wf.topk, wf.strategy) == ("s-g", 3, "planning")
-    assert type(wf).__name__ == "WorkflowConfig"
+    assert (wf.variant, wf.topk) == ("s-g", 3) and type(wf).__name__ == "MMOAOptions"
+    with pytest.raises(ValueError, match="strategy"):
+        TeamConfig(workflow="mmoa", strategy="planning")  # C-3PO's option, not MMOA-RAG's
+    assert TeamConfig(workflow="c3po", strategy="planning").workflow_config().strategy == "planning"
 
 
 def test_config_differences_ignore_operational_settings():
@@ -299,7 +301,8 @@ def test_select_questions_slices_and_rejects_duplicate_ids():
 def test_every_other_workflow_evaluates(workflow, hotpot5, tmp_path):
     out = tmp_path / "w"
     # K=2 candidates keep MMOA's prompts short (the tiny model's BPE is a poor compressor)
-    assert _eval(hotpot5, out, "--workflow", workflow, "--limit", "1", "--candidates", "2") == 0
+    k = ["--candidates", "2"] if workflow == "mmoa" else []  # MMOA-RAG's option alone
+    assert _eval(hotpot5, out, "--workflow", workflow, "--limit", "1", *k) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["n"] == 1 and m["failed"] == 0, m["failures"]
     assert m["stats"]["episodes"] == 1 and (out / "report.md").exists()

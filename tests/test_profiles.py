@@ -29,7 +29,7 @@ from ragteam.train.ppo_config import PPOConfig
 from ragteam.types import Question
 from ragteam.workflows import profiles
 from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.registry import WORKFLOWS
+from ragteam.workflows.registry import WORKFLOWS, workflow_options
 from ragteam.workflows.registry import build_workflow as build_by_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,10 +43,12 @@ def dotted(cfg, key: str):
     return cfg
 
 
-def field_default(key: str):
-    """The value a config field declares as its default (`rollout.max_depth` -> RolloutConfig's)."""
+def field_default(key: str, workflow: str):
+    """The value a config field declares as its default (`rollout.max_depth` -> RolloutConfig's, `max_rounds`
+    -> the workflow's own options class's)."""
     head, _, rest = key.partition(".")
-    cls, name = (GROUPS[head], rest) if rest else (TeamConfig if head == "corpus" else WorkflowConfig, head)
+    own = TeamConfig if head == "corpus" else workflow_options(workflow)
+    cls, name = (GROUPS[head], rest) if rest else (own, head)
     return cls.model_fields[name].get_default(call_default_factory=True)
 
 
@@ -81,7 +83,7 @@ def test_paper_values_that_differ_from_small_for_each_paper():
 def test_small_is_the_old_defaults_and_the_default_profile():
     for fam, rows in profiles.SMALL.items():
         for s in rows:
-            assert s.value == field_default(s.key), (fam, s.key)
+            assert s.value == field_default(s.key, FAMILY_OF[fam]), (fam, s.key)
     for name in WORKFLOWS:
         assert TeamConfig(workflow=name) == TeamConfig(workflow=name, profile="small")
         assert TeamConfig(workflow=name).profile == "small"

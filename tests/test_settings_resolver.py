@@ -16,13 +16,14 @@ def _resolved(argv: list[str]):
     """A command line resolved as `ragteam` resolves it, without running the command."""
     import importlib
 
-    from ragteam.cli.main import _command_from_argv
+    from ragteam.cli.main import _command_from_argv, command_config
 
     module_name = _command_from_argv(argv)
     module = importlib.import_module(f"ragteam.cli.{module_name}")
+    cls = command_config(module.Config, argv)  # with the options of the workflow it runs, as `main` builds it
     parser = build_parser()
-    _add_command_flags(parser, module_name, module)
-    return config_from_args(module.Config, _strip(parser.parse_args(argv)))
+    _add_command_flags(parser, module_name, module, cls)
+    return config_from_args(cls, _strip(parser.parse_args(argv)))
 
 
 def test_the_ppo_learning_rate_goes_from_the_flag_to_the_optimizer_through_four_files() -> None:

@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 from scripted import drive, question
 
 from ragteam.protocol import Answer
-from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.registry import WORKFLOWS, build_workflow
+from ragteam.workflows.registry import WORKFLOWS, build_workflow, workflow_options
 
 NEAR_MISSES = [
     "[No Retrieval]",
@@ -40,7 +39,16 @@ outputs = st.one_of(st.sampled_from(NEAR_MISSES), st.text(max_size=200))
     mc=st.booleans(),
 )
 def test_every_workflow_answers_whatever_the_models_write(data, name, strategy, variant, mc):
-    cfg = WorkflowConfig(topk=3, candidates=4, max_rounds=3, max_steps=4, strategy=strategy, variant=variant)
+    own = {
+        "topk": 3,
+        "candidates": 4,
+        "max_rounds": 3,
+        "max_steps": 4,
+        "strategy": strategy,
+        "variant": variant,
+    }
+    options = workflow_options(name)  # each workflow takes its own options
+    cfg = options(**{k: v for k, v in own.items() if k in options.model_fields})
     q = question(choices={"A": "yes", "B": "no"} if mc else None)
     workflow = build_workflow(name, cfg)
     t = drive(

@@ -8,13 +8,13 @@ from scripted import drive, hits_for, prompt_text, question
 
 from ragteam.types import Action
 from ragteam.workflows.c3po import C3PO, prompts
-from ragteam.workflows.config import WorkflowConfig
+from ragteam.workflows.c3po.options import C3POOptions
 
 Q = question()
 
 
 def c3po(**kw) -> C3PO:
-    return C3PO(WorkflowConfig(**kw))
+    return C3PO(C3POOptions(**kw))
 
 
 # ---------------------------------------------------------------------- the three strategies, forced
@@ -273,7 +273,7 @@ def _run_forced(forks: str | list = ()):
     proxy, retriever = Proxy(), CountingRetriever()
     cfg = RolloutConfig(forks=forks, temperature=1.0 if forks else 0.0)
     engine = Engine(proxy, CountingModel("llm"), retriever, cfg)
-    (ep,) = engine.run(C3PO(WorkflowConfig(strategy="retrieval", topk=2)), [Q]).episodes
+    (ep,) = engine.run(C3PO(C3POOptions(strategy="retrieval", topk=2)), [Q]).episodes
     return proxy, retriever, ep
 
 
@@ -312,7 +312,7 @@ def test_forced_retrieval_with_the_tiny_model_forces_the_prefix_tokens_and_sampl
     cfg = RolloutConfig(max_tokens=8, llm_max_tokens=4, temperature=1.0, seed=3)
     (ep,) = (
         Engine(tiny, tiny, retriever, cfg)
-        .run(C3PO(WorkflowConfig(strategy="retrieval", topk=2)), [Q])
+        .run(C3PO(C3POOptions(strategy="retrieval", topk=2)), [Q])
         .episodes
     )
     router = ep.policy_nodes()[0]

@@ -8,14 +8,14 @@ import json
 import pytest
 from scripted import drive, prompt_text, question
 
-from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import AGENTS, GymAgent, prompts
+from ragteam.workflows.gym.options import GymOptions
 
 Q = question("What is the date of death of the director of film Holocaust 2000?")
 
 
 def gym(agent: str, **kw) -> GymAgent:
-    return GymAgent(WorkflowConfig(**kw), agent=agent)
+    return GymAgent(GymOptions(**kw), agent=agent)
 
 
 def out(reasoning: str = "Thinking.", **fields) -> str:
@@ -115,7 +115,7 @@ def prompt_text_of(messages) -> str:
 
 def test_unknown_agent_is_refused():
     with pytest.raises(ValueError, match="re2search"):
-        GymAgent(WorkflowConfig(), agent="reflexion")
+        GymAgent(GymOptions(), agent="reflexion")
 
 
 @pytest.mark.parametrize("agent", ["react", "search-o1", "re2search"])

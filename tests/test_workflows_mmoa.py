@@ -7,8 +7,8 @@ import pytest
 from scripted import drive, hits_for, prompt_text, question
 
 from ragteam.types import Hit
-from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import MMOA
+from ragteam.workflows.mmoa.options import MMOAOptions
 from ragteam.workflows.mmoa.workflow import merge_candidates, quotas
 
 Q = question("What is the date of death of the director of film Holocaust 2000?")
@@ -20,7 +20,7 @@ GOOD = {
 
 
 def mmoa(**kw) -> MMOA:
-    return MMOA(WorkflowConfig(**kw))
+    return MMOA(MMOAOptions(**kw))
 
 
 def test_qr_s_g_runs_all_three_roles_on_a_fixed_candidate_set():

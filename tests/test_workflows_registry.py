@@ -11,7 +11,7 @@ from ragteam.workflows.c3po import C3PO
 from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import GymAgent
 from ragteam.workflows.mmoa import MMOA
-from ragteam.workflows.registry import WORKFLOWS, build_workflow
+from ragteam.workflows.registry import WORKFLOWS, build_workflow, workflow_options
 
 
 def test_pinned_names_in_order():
@@ -31,7 +31,10 @@ def test_pinned_names_in_order():
 
 @pytest.mark.parametrize("name", WORKFLOWS)
 def test_each_name_builds_a_picklable_workflow_of_that_name(name):
-    cfg = WorkflowConfig(topk=7, variant="s-g", strategy="planning", max_steps=3)
+    options = workflow_options(name)  # the workflow's own options class: another's fields are not its own
+    own = {"topk": 7, "variant": "s-g", "strategy": "planning", "max_steps": 3}
+    cfg = options(**{k: v for k, v in own.items() if k in options.model_fields})
+    assert len(cfg.model_fields_set) == (1 if name in ("direct", "standard-rag") else 2)
     wf = build_workflow(name, cfg)
     assert wf.name == name and wf.cfg == cfg
     expected = {"direct": Direct, "standard-rag": StandardRAG, "c3po": C3PO, "mmoa": MMOA}.get(name, GymAgent)

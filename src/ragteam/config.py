@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, Valida
 
 from ragteam.precedence import Layer, layered, sources_of
 
-_LAYERED = "ragteam.layered"  # validation context key: the class whose layers `resolve` merged already
+LAYERED = "ragteam.layered"  # validation context key: the class whose layers `resolve` merged already
 
 
 class Config(BaseModel):
@@ -71,7 +71,7 @@ class Config(BaseModel):
         """A config built in Python (`EvalConfig(workflow="mmoa", profile="paper")`) resolves like the command
         line, its arguments the top layer (`code`); a model being assigned and `resolve`'s input pass through."""
         own = cls.layers.__func__ is not Config.layers.__func__  # type: ignore[attr-defined]
-        if not isinstance(data, dict) or (info.context or {}).get(_LAYERED) is cls or not own:
+        if not isinstance(data, dict) or (info.context or {}).get(LAYERED) is cls or not own:
             return handler(data)
         merged, sources = layered(cls, [("code", data)])
         model = handler(merged)
@@ -360,7 +360,7 @@ def resolve(cls: type[Config], given: Iterable[Layer], where: str = "command lin
     value's source (`sources_of`). ConfigError naming `where` and each bad field."""
     merged, sources = layered(cls, list(given))
     try:
-        model = cls.model_validate(merged, context={_LAYERED: cls})
+        model = cls.model_validate(merged, context={LAYERED: cls})
     except ValidationError as e:
         lines = [f"{where}: invalid config for {cls.__name__}:"]
         for err in e.errors():

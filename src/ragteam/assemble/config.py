@@ -1,8 +1,9 @@
 """The configs every entry point assembles a team from: `TeamConfig` (a workflow, its models, retriever and
 rollout settings) and `JudgeConfig` (an optional LLM judge endpoint).
 
-`TeamConfig` names the workflow and holds its options (the `WorkflowConfig` fields, flat: `--topk`,
-`--variant`, `--strategy`...), the policy and the LLM server (configured independently: `--policy.*`,
+`TeamConfig` names the workflow and holds its options, flat: those every workflow reads (`WorkflowConfig`:
+`--profile`, `--topk`) and those of the workflow it names (its Workflow's `Options`: `--variant` for mmoa,
+`--strategy` for c3po; `ProfiledConfig.for_values`), the policy and the LLM server (configured independently: `--policy.*`,
 `--llm.*`), the retriever (`--retriever.*`), the rollout settings (`--rollout.*`) and the process reward model that scores
 keep-one-of-N candidates (`--prm.*`). `ragteam ask`, `eval`, `serve team`, `collect` and `train ppo` extend it
 with their own fields; `assemble.build.build_team` turns it into live objects.
@@ -16,10 +17,10 @@ from typing import Any, Self
 
 from pydantic import Field
 
-from ragteam.config import Config
+from ragteam.config import LAYERED, Config
 from ragteam.llm.config import ModelConfig
 from ragteam.llm.prm import PRMConfig
-from ragteam.precedence import Layer, only_fields
+from ragteam.precedence import Layer, layered, only_fields
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig
 from ragteam.workflows import profiles
@@ -41,8 +42,47 @@ DEMO_DATA = "hotpotqa-dev-50.jsonl"
 
 
 class ProfiledConfig(WorkflowConfig):
-    """A config that names its workflow (a `workflow` field: every command's that runs one) and so takes the
-    rows of its profile (`--profile`) that the workflow states, as the layer under the user's values."""
+    """A config that names its workflow (a `workflow` field: every command's that runs one), holds the options
+    that workflow declares and takes the rows of its profile (`--profile`) that the workflow states, as the
+    layer under the user's values.
+
+    The class follows the workflow: `TeamConfig(workflow="mmoa", candidates=4)`, `PPOConfig(recipe="mmoa")`
+    and `resolve(EvalConfig, ...)` build `cls.for_workflow(name)` (the class with MMOA-RAG's `MMOAOptions`
+    fields), for the workflow named by the arguments, the file, the flags or the recipe; another workflow's
+    options are unknown keys there."""
+
+    def __new__(cls, *args: Any, **data: Any) -> Self:
+        """An instance of the class of the workflow the arguments name (`for_values`), then validated by it."""
+        try:
+            target = cls.for_values(layered(cls, [("code", data)])[0]) if data else cls
+        except ValueError:  # a recipe that does not read: validating reports it
+            target = cls
+        return super().__new__(target)
+
+    @classmethod
+    def for_values(cls, values: dict[str, Any]) -> type[Self]:
+        """This class with the options of the workflow `values` names (its default otherwise); `cls` when
+        `values` names none that reads (validation reports it) or `cls` holds a workflow's options already."""
+        field = cls.model_fields.get("workflow")
+        workflow = values.get("workflow", field.default if field is not None else None)
+        return cls.for_workflow(workflow) if isinstance(workflow, str) else cls
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
+        """`obj` validated by the class of the workflow it names (`for_values`): what `resolve` calls."""
+        target = cls.for_values(obj) if isinstance(obj, dict) else cls
+        if target is cls:
+            return super().model_validate(obj, **kwargs)
+        context = kwargs.pop("context", None) or {}
+        if context.get(LAYERED) is cls:  # `resolve` merged the layers already, for this workflow's fields
+            context = {**context, LAYERED: target}
+        return target.model_validate(obj, context=context, **kwargs)
+
+    @classmethod
+    def for_workflow(cls, name: str) -> type[Self]:
+        """This config class with the options team `name` declares (its Workflow's `Options`), as flat fields:
+        what the command builds from `--workflow mmoa`, so `--candidates` is one of its flags."""
+        return with_options(cls, name)
 
     @classmethod
     def layers(cls, given: dict[str, Any]) -> list[Layer]:
@@ -52,17 +92,27 @@ class ProfiledConfig(WorkflowConfig):
         workflow = given.get("workflow", cls.model_fields["workflow"].default)
         if profile not in profiles.PROFILES or not isinstance(workflow, str):
             return []  # validation reports the bad value
-        return [("profile", only_fields(cls, profiles.values(profile, workflow), _fillable(cls)))]
+        target = cls.for_values(given)  # the fields of the workflow's options are filled too
+        fillable = _fillable(target, workflow_options(workflow))
+        return [("profile", only_fields(target, profiles.values(profile, workflow), fillable))]
+
+    def workflow_config(self) -> WorkflowConfig:
+        """The workflow options alone, as the workflow's constructor takes them (its own options class; those
+        this config lacks at their defaults)."""
+        options = workflow_options(self.workflow)
+        return options(
+            **{name: getattr(self, name) for name in options.model_fields if name in type(self).model_fields}
+        )
 
 
-def _fillable(cls: type[Config]) -> dict[str, Any]:
-    """The fields a profile may fill: all of `cls`'s, except workflow options a subclass redefines with
-    another default (collect's `--candidates`, which means N candidates there, not MMOA-RAG's K)."""
-    base = WorkflowConfig.model_fields
+def _fillable(cls: type[Config], options: type[WorkflowConfig]) -> dict[str, Any]:
+    """The fields a profile may fill: all of `cls`'s, except workflow options `cls` redefines with another
+    default (collect's `--candidates`, N candidate actions there, over MMOA-RAG's K)."""
+    own = options.model_fields
     return {
         name: info
         for name, info in cls.model_fields.items()
-        if name not in base or info.default == base[name].default
+        if name not in own or info.default == own[name].default
     }
 
 
@@ -89,21 +139,6 @@ class TeamConfig(ProfiledConfig):
         default_factory=PRMConfig,
         description="the process reward model that scores candidates (--rollout.best-of.*)",
     )
-
-    @classmethod
-    def for_workflow(cls, name: str) -> type[Self]:
-        """This config class with the options team `name` declares of its own (its Workflow's `Options`), as
-        flat fields: `EvalConfig.for_workflow("search-r1")(workflow="search-r1", max_turns=2, ...)`, what the
-        command builds from `--workflow search-r1 --max-turns 2`."""
-        return with_options(cls, name)
-
-    def workflow_config(self) -> WorkflowConfig:
-        """The workflow options alone, as the workflow's constructor takes them (its own options class; those
-        this config lacks, built without `for_workflow`, at their defaults)."""
-        options = workflow_options(self.workflow)
-        return options(
-            **{name: getattr(self, name) for name in options.model_fields if name in type(self).model_fields}
-        )
 
 
 class JudgeConfig(Config):

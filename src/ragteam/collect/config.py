@@ -22,10 +22,8 @@ from ragteam.protocol import Workflow
 from ragteam.retrieval.config import RetrieverConfig
 from ragteam.rollout.config import RolloutConfig, registered_tree
 from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.registry import build_workflow, workflow_help
+from ragteam.workflows.registry import build_workflow, workflow_help, workflow_options
 
-DEFAULT_K = 10
-"""MMOA-RAG's candidate set size K when --candidates is not given (WorkflowConfig's default)."""
 DEFAULT_N = 4
 """Candidate actions per act for `collect process` when --candidates is not given."""
 
@@ -89,7 +87,7 @@ class CollectConfig(ProfiledConfig):
         ge=1,
         le=50,
         description=f"process: N candidate actions per act (default {DEFAULT_N}); sft --workflow mmoa: the "
-        f"Selector's K candidates (default {DEFAULT_K})",
+        "Selector's K candidates (MMOA-RAG's --candidates, default 10)",
     )
     ranker: Literal["llm", "rollout", "prm", "random", "outcome"] = Field(
         "llm",
@@ -142,9 +140,22 @@ class CollectConfig(ProfiledConfig):
         e.g. MMOA-RAG's heuristic labels) instead of sampling the team's own solutions."""
         if self.what != "sft":
             return False
-        fields = {name: getattr(self, name) for name in WorkflowConfig.model_fields}
-        fields["candidates"] = DEFAULT_K  # the team is built only to read what it declares
-        return hasattr(build_workflow(self.workflow, WorkflowConfig(**fields)), "sft_labelling")
+        # the team is built only to read what it declares
+        return hasattr(build_workflow(self.workflow, self._options(labelling=False)), "sft_labelling")
+
+    def _options(self, labelling: bool) -> WorkflowConfig:
+        """The workflow's options from this collection's fields. Collect's own `--candidates` (N candidate
+        actions of `collect process`) is the team's `candidates` (MMOA-RAG's K) only for a labelling
+        rollout's SFT; otherwise the team keeps its default K."""
+        options = workflow_options(self.workflow)
+        fields = {
+            name: getattr(self, name) for name in options.model_fields if name in type(self).model_fields
+        }
+        if "candidates" in options.model_fields:
+            fields["candidates"] = (self.candidates if labelling else None) or options.model_fields[
+                "candidates"
+            ].default
+        return options(**fields)
 
     def labelling(self, options: WorkflowConfig | None = None) -> Workflow | None:
         """The labelling workflow the team declares for `collect sft`, over `options` (default: this
@@ -183,11 +194,9 @@ class CollectConfig(ProfiledConfig):
         return name + (f"+lora:{t.lora}" if t.lora else "")
 
     def workflow_config(self) -> WorkflowConfig:
-        """The workflow options; K (`candidates`) is --candidates only for a labelling rollout's SFT
-        (mmoa's)."""
-        fields = {name: getattr(self, name) for name in WorkflowConfig.model_fields}
-        fields["candidates"] = (self.candidates if self._declares_labelling() else None) or DEFAULT_K
-        return WorkflowConfig(**fields)
+        """The workflow options (its own options class); MMOA-RAG's K is --candidates only for a labelling
+        rollout's SFT (`_options`)."""
+        return self._options(labelling=self._declares_labelling())
 
     def resolved_rollout(self) -> RolloutConfig:
         """The rollout settings with the command's forks or keep-one-of-N (ValueError if they clash)."""

@@ -11,8 +11,9 @@ A name resolves, in this order, to
    or on `PYTHONPATH`); it must be a `Workflow` subclass or a Python function outside the standard
    library, checked before it is called (`os:system` is refused, never run).
 
-A factory is anything called with a `WorkflowConfig` that returns a `Workflow`: a `Workflow` subclass whose
-`__init__(cfg)` takes the config, or a function. A name that resolves to nothing, a module that fails to
+A factory is anything called with the workflow's options that returns a `Workflow`: a `Workflow` subclass
+whose `__init__(cfg)` takes them, or a function. The options are an instance of the class the Workflow declares
+as its `Options` (`workflow_options`: a `WorkflowConfig` subclass in its package), else a `WorkflowConfig`. A name that resolves to nothing, a module that fails to
 import or an attribute it lacks is a one-line ValueError naming it (the CLI prints it as `ragteam: error:`).
 """
 
@@ -45,6 +46,7 @@ __all__ = [
     "workflow_names",
     "workflow_options",
     "workflow_package",
+    "options_of",
     "workflow_presets",
     "with_options",
 ]
@@ -134,8 +136,8 @@ def workflow_package(name: str) -> dict[str, str | None] | None:
 
 def workflow_options(name: str) -> type[WorkflowConfig]:
     """The options class the team `name` declares (the `Options` attribute of its Workflow class: a
-    `WorkflowConfig` subclass with fields of its own, such as Search-R1's `max_turns`), else `WorkflowConfig`;
-    also for a name that resolves to nothing (building it reports that)."""
+    `WorkflowConfig` subclass with fields of its own, such as MMOA-RAG's `candidates` or Search-R1's
+    `max_turns`), else `WorkflowConfig`; also for a name that resolves to nothing (building it reports that)."""
     try:
         factory = _factory(name)
     except ValueError:
@@ -158,14 +160,27 @@ def workflow_presets(name: str) -> Presets:
 
 def with_options(cls: type[C], name: str) -> type[C]:
     """A command's config class `cls` with the options team `name` declares (`workflow_options`), flat, as
-    the command's flags (`--max-turns`); `cls` itself when the team declares none it lacks."""
+    the command's flags (`--candidates`, `--max-turns`); `cls` itself when the team declares none it lacks,
+    or when `cls` already holds a team's options (a class is combined with one options class, once)."""
     options = workflow_options(name)
-    return cls if set(options.model_fields) <= set(cls.model_fields) else _combined(cls, options)
+    if set(options.model_fields) <= set(cls.model_fields) or options_of(cls) is not None:
+        return cls
+    return _combined(cls, options)
+
+
+def options_of(cls: type) -> type[WorkflowConfig] | None:
+    """The options class `with_options` combined `cls` with; None for a class it did not make."""
+    return cls.__dict__.get("__workflow_options__")
 
 
 @cache
 def _combined(cls: type[C], options: type[WorkflowConfig]) -> type[C]:
-    attrs = {"__module__": cls.__module__, "__doc__": cls.__doc__, "__reduce__": _reduce}
+    attrs = {
+        "__module__": cls.__module__,
+        "__doc__": cls.__doc__,
+        "__reduce__": _reduce,
+        "__workflow_options__": options,
+    }
     return type(cls.__name__, (cls, options), attrs)
 
 
@@ -180,8 +195,13 @@ def _rebuilt(base: type[C], options: type[WorkflowConfig], values: dict) -> C:
 
 
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
-    """The workflow called `name`, configured by `cfg`; a one-line ValueError naming what failed otherwise."""
-    cfg = with_profile(cfg if cfg is not None else workflow_options(name)(), name)
+    """The workflow called `name`, configured by `cfg` (its options class, else the fields of `cfg` it
+    declares, the others at their defaults); a one-line ValueError naming what failed otherwise."""
+    options = workflow_options(name)
+    if cfg is None or not isinstance(cfg, options):
+        given = cfg.model_dump(exclude_unset=True) if cfg is not None else {}
+        cfg = options(**{k: v for k, v in given.items() if k in options.model_fields})
+    cfg = with_profile(cfg, name)
     workflow = _factory(name)(cfg)
     if not isinstance(workflow, Workflow):
         raise ValueError(

@@ -9,7 +9,7 @@
                                                                                           (multi-step)
 
 The router, filter and decider are roles of the trainable policy (`Act`); the roadmap and the answer are the
-fixed LLM server's (`AskLLM`). `WorkflowConfig.strategy` other than `auto` forces one strategy for every
+fixed LLM server's (`AskLLM`). `C3POOptions.strategy` (`--strategy`) other than `auto` forces one strategy for every
 question (the paper's fixed-strategy ablation, Table 3). A forced `retrieval` still asks the router, with its
 reply forced to start with `[Retrieval]` (`Act.prefix`, the mechanism of the tree rollout's forced
 strategies): the proxy writes the query, and the router node is recorded; a malformed query falls back to the
@@ -40,7 +40,7 @@ from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve,
 from ragteam.types import Action, Doc, Hit, Message, Question
 from ragteam.workflows.answers import extract_answer, format_options
 from ragteam.workflows.c3po import prompts
-from ragteam.workflows.c3po.options import PRESETS
+from ragteam.workflows.c3po.options import PRESETS, C3POOptions
 from ragteam.workflows.c3po.parsers import (
     extract_thought,
     parse_decider,
@@ -52,7 +52,6 @@ from ragteam.workflows.c3po.parsers import (
 )
 from ragteam.workflows.c3po.settings import ROUTER_TAGS
 from ragteam.workflows.c3po.tree import DEPTH as C3PO_DEPTH
-from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64
 """The router writes one tag and at most a short query (its cap unless `cfg.role_caps` is off, as under
@@ -118,12 +117,13 @@ class C3PO(Workflow):
     """Reasoning Router, Information Filter and Decision Maker between the retriever and the LLM server."""
 
     name = "c3po"
+    Options = C3POOptions  # its options: the flags of a command that runs it (options.py)
     presets = PRESETS  # its rows of each profile (options.py)
     roles = (ROUTER, FILTER, DECIDER)
     depth_rule = C3PO_DEPTH
 
-    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
+    def __init__(self, cfg: C3POOptions | None = None) -> None:
+        self.cfg = cfg if cfg is not None else C3POOptions()
 
     @property
     def needs(self) -> frozenset[str]:

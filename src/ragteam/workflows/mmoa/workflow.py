@@ -41,10 +41,9 @@ from ragteam.llm.constraint import choice_regex
 from ragteam.protocol import Answer, BudgetExceeded, Constraint, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.answers import format_options
-from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import prompts
 from ragteam.workflows.mmoa.labels import WITH_REWRITER
-from ragteam.workflows.mmoa.options import PRESETS
+from ragteam.workflows.mmoa.options import PRESETS, MMOAOptions
 from ragteam.workflows.mmoa.parsers import parse_generator, parse_rewriter, parse_selector
 
 REWRITER_MAX_TOKENS = 128
@@ -146,15 +145,16 @@ class MMOA(Workflow):
     """Query Rewriter, Selector and Generator as policy roles around a fixed retriever."""
 
     name = "mmoa"
+    Options = MMOAOptions  # its options: the flags of a command that runs it (options.py)
     presets = PRESETS  # its rows of each profile (options.py)
     roles = (REWRITER, SELECTOR, GENERATOR)
     needs = frozenset({"policy", "retriever"})  # the Generator is a policy role: no LLM server is called
 
-    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
+    def __init__(self, cfg: MMOAOptions | None = None) -> None:
+        self.cfg = cfg if cfg is not None else MMOAOptions()
 
     @staticmethod
-    def sft_labelling(cfg: WorkflowConfig) -> Workflow:
+    def sft_labelling(cfg: MMOAOptions) -> Workflow:
         """What `collect sft` rolls out for this team instead of sampling its solutions: the paper's SFT data
         are heuristic labels (section 4.3, `labels.py`), so the labelling rollout `MMOALabeling` over `cfg`."""
         return MMOALabeling(cfg)
@@ -220,8 +220,8 @@ class MMOALabeling(Workflow):
     """How `collect` makes rows of its episodes (`collect/run.py`'s table of labelled modes; the summary's
     `mode`)."""
 
-    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
+    def __init__(self, cfg: MMOAOptions | None = None) -> None:
+        self.cfg = cfg if cfg is not None else MMOAOptions()
 
     def sft_forks(self, samples: int) -> tuple[list[dict[str, Any]], bool]:
         """The fork schedule of `samples` rewrites per question (`--samples`), and whether the rewrites
