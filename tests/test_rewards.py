@@ -111,6 +111,11 @@ def test_a_reward_registered_outside_the_package_trains_a_ppo_run(
     (row,) = [json.loads(x) for x in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
     episodes = [json.loads(x) for x in (out / "rollouts" / "iteration-1.jsonl").read_text().splitlines()]
     assert row["reward"]["answer-length"] == pytest.approx(_expected(episodes))
+    leaves = [n for ep in episodes for n in ep["nodes"] if n["kind"] == "answer" and n.get("rewards")]
+    assert leaves and all(  # the saved rollouts carry the training reward each answer got
+        n["rewards"]["answer-length"] == pytest.approx(0.25 + len(n.get("answer") or "") / 100)
+        for n in leaves
+    )
     assert (
         row["reward"]["answer-length"] >= 0.25
     )  # its values, not an answer metric's (the tiny model's F1 ~ 0)

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ragteam.credit import leaf_reward
+from ragteam.metrics.rewards import for_question, get_reward
 from ragteam.rollout.traces import write_episodes
 from ragteam.rollout.tree import Episode
 from ragteam.train.distributed import load_optimizer_state, optimizer_state, save_actor_critic
@@ -145,10 +147,19 @@ def keep_rollouts(run: Run, iteration: int, episodes: list[Episode]) -> Path | N
     """With `--save-rollouts-every N`, the episodes the update of every Nth iteration learns from (rewards,
     judge verdicts and process scores on them) in OUT/rollouts/iteration-N.jsonl, `ragteam eval`'s
     episodes.jsonl format: `ragteam ask --episodes FILE` prints their traces and `ragteam compare` reads them.
-    `iteration` is 1-based: iteration-N was played with the weights after N - 1 updates."""
+    Each scored answer leaf also records the training reward `--ppo.reward` under its name when it is not an
+    answer metric the engine recorded already (a user's own reward: what the update learned from is in the
+    file, where `ask` shows it). `iteration` is 1-based: iteration-N was played with the weights after N - 1
+    updates."""
     every = run.cfg.save_rollouts_every
     if not every or iteration % every or not run.dist.main:
         return None
+    name = run.cfg.ppo.reward
+    reward = get_reward(name)
+    for ep in episodes:
+        for leaf in ep.leaves():
+            if leaf.rewards and name not in leaf.rewards:  # a failed leaf has none, and is worth 0
+                leaf.rewards[name] = leaf_reward(leaf, for_question(reward, ep.question))
     path = run.out / "rollouts" / f"iteration-{iteration}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_episodes(path, episodes)
