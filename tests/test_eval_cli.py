@@ -11,7 +11,7 @@ from conftest import hotpot_head
 
 from ragteam.assemble.build import build_models
 from ragteam.assemble.config import TeamConfig
-from ragteam.assemble.folder import config_differences, select_questions
+from ragteam.assemble.folder import TRACE_FILE, check_resumable, config_differences, select_questions
 from ragteam.cli.main import main
 from ragteam.llm.config import ModelConfig
 from ragteam.rollout.traces import load_trace
@@ -238,6 +238,24 @@ def test_workflow_options_are_flat_fields_of_that_workflow_alone():
     with pytest.raises(ValueError, match="strategy"):
         TeamConfig(workflow="mmoa", strategy="planning")  # C-3PO's option, not MMOA-RAG's
     assert TeamConfig(workflow="c3po", strategy="planning").workflow_config().strategy == "planning"
+
+
+def test_a_run_recorded_with_every_workflows_options_resumes(tmp_path):
+    """config.yaml of a run made before workflows owned their options lists the others' (`variant` beside
+    `--workflow c3po`): they read nowhere now, so the run resumes; a changed option of its own still refuses."""
+    import yaml
+
+    from ragteam.eval.run import EvalConfig
+
+    cfg = EvalConfig(workflow="c3po", data="d.jsonl", out=str(tmp_path))
+    old = {**cfg.model_dump(mode="json"), "variant": "qr-s-g", "candidates": 10, "max_steps": 10}
+    (tmp_path / TRACE_FILE).write_text("", encoding="utf-8")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"config": old}), encoding="utf-8")
+    check_resumable(cfg, tmp_path)
+    with pytest.raises(ValueError, match="max_rounds"):
+        check_resumable(
+            EvalConfig(workflow="c3po", max_rounds=2, data="d.jsonl", out=str(tmp_path)), tmp_path
+        )
 
 
 def test_config_differences_ignore_operational_settings():

@@ -46,6 +46,8 @@ def tiny_cfg(data: Path, out: Path, **over) -> PPOConfig:
         ppo={"max_sample_tokens": TOKENS, "micro_tokens": TOKENS, "minibatch_tokens": 2 * TOKENS},
     )
     values.update(over)
+    if values["recipe"] != "mmoa":  # MMOA-RAG's own options: another recipe's workflow has none
+        values = {k: v for k, v in values.items() if k not in ("variant", "candidates")}
     return PPOConfig.model_validate(values)
 
 

@@ -53,11 +53,15 @@ class ProfiledConfig(WorkflowConfig):
 
     def __new__(cls, *args: Any, **data: Any) -> Self:
         """An instance of the class of the workflow the arguments name (`for_values`), then validated by it."""
+        return super().__new__(cls._class_for(data) if data else cls)
+
+    @classmethod
+    def _class_for(cls, data: dict[str, Any]) -> type[Self]:
+        """The class of the workflow `data` names, itself or through its layers (`PPOConfig`'s recipe)."""
         try:
-            target = cls.for_values(layered(cls, [("code", data)])[0]) if data else cls
+            return cls.for_values(layered(cls, [("code", data)])[0])
         except ValueError:  # a recipe that does not read: validating reports it
-            target = cls
-        return super().__new__(target)
+            return cls
 
     @classmethod
     def for_values(cls, values: dict[str, Any]) -> type[Self]:
@@ -70,7 +74,7 @@ class ProfiledConfig(WorkflowConfig):
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
         """`obj` validated by the class of the workflow it names (`for_values`): what `resolve` calls."""
-        target = cls.for_values(obj) if isinstance(obj, dict) else cls
+        target = cls._class_for(obj) if isinstance(obj, dict) else cls
         if target is cls:
             return super().model_validate(obj, **kwargs)
         context = kwargs.pop("context", None) or {}
