@@ -149,6 +149,9 @@ def test_built_by_its_entry_point_once_installed(tmp_path, monkeypatch):
     importlib.invalidate_caches()
     try:
         assert "search-r1" in workflow_names() and "search-r1" in workflow_help()
+        from ragteam.metrics.rewards import reward_names
+
+        assert "search_r1_format_em" in reward_names()  # its `ragteam.rewards` entry point, not imported
         team = ragteam.build_workflow("search-r1")
         assert type(team).__name__ == "SearchR1"
         assert Path(sys.modules[type(team).__module__].__file__).is_relative_to(site)
@@ -222,22 +225,30 @@ def _team(hotpot_small: Path) -> dict:
 
 
 def test_evaluated_on_a_few_questions(on_path, hotpot_small, tmp_path):
+    """docs/extend.md step 6: evaluated, and scored with the team's own reward (`--reward search_r1_format_em`)
+    beside EM / F1 / cover-EM."""
     cfg = ragteam.EvalConfig.for_workflow(TARGET)(
         **_team(hotpot_small),
         limit=3,
         out=str(tmp_path / "eval"),
         policy={"model": "tiny", "device": "cpu"},
         rollout={"max_tokens": 16},
+        reward="search_r1_format_em",
     )
     metrics = ragteam.evaluate(cfg, log=lambda line: None)
     assert metrics["n"] == 3 and metrics["failed"] == 0, metrics
+    assert 0.0 <= metrics["metrics"]["search_r1_format_em"] <= 1.0  # the tiny model: no <answer>, so 0
     episodes = (tmp_path / "eval" / "episodes.jsonl").read_text().splitlines()
     assert len(episodes) == 3 and all(json.loads(e)["workflow"] == "search-r1" for e in episodes)
 
 
 @pytest.mark.parametrize("advantage", ["gae", "grpo"])
 def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
+    """docs/extend.md step 7: the recipe's PPO with a critic, and GRPO on the team's own reward
+    (`--ppo.reward search_r1_format_em`) keeping its rollouts (`--save-rollouts-every 1`), read back as the page
+    reads them: each answer leaf's status, its path's acts, the reward it was worth."""
     tokens = 8192  # the tiny model's byte-level BPE makes long prompts
+    reward = "search_r1_format_em" if advantage == "grpo" else "em"  # em: the recipe's
     cfg = ragteam.PPOConfig.for_workflow(TARGET)(
         **_team(hotpot_small),
         recipe=str(EXAMPLE / "search-r1.yaml"),
@@ -247,9 +258,10 @@ def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
         iterations=2,
         questions_per_iteration=2,
         tensorboard=False,
+        save_rollouts_every=1,
         rollout={"max_tokens": 16, "group_size": 2 if advantage == "grpo" else 1},
         ppo={"advantage": advantage, "lr": 1e-4, "max_sample_tokens": tokens, "micro_tokens": tokens,
-             "minibatch_tokens": 2 * tokens},
+             "minibatch_tokens": 2 * tokens, **({"reward": reward} if advantage == "grpo" else {})},
     )  # fmt: skip
     if advantage == "grpo":  # the tiny model never answers right: each group scored alike, nothing to train
         from ragteam.train.ppo import NothingTrained
@@ -262,9 +274,21 @@ def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
     rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2]
     assert set(rows[-1]["roles"]) == {"agent"} and rows[-1]["roles"]["agent"]["n"] >= 2
-    assert "em" in rows[-1]["reward"] and (out / "model.safetensors").is_file()
+    assert reward in rows[-1]["reward"] and (out / "model.safetensors").is_file()
     resolved = (out / "config.yaml").read_text()
-    assert "credit: outcome" in resolved and "reward: em" in resolved  # the example's recipe applied
+    assert "credit: outcome" in resolved and f"reward: {reward}" in resolved  # the recipe, and the flag
+    from ragteam.rollout.traces import read_episodes
+
+    for it in (1, 2):  # kept even by the run that trained nothing: what it played is there to read
+        episodes = list(read_episodes(out / "rollouts" / f"iteration-{it}.jsonl"))
+        assert len(episodes) == 2 * (2 if advantage == "grpo" else 1)  # questions x group size
+        for ep in episodes:
+            (leaf,) = ep.leaves()
+            acts = [node for node in ep.path(leaf.id) if node.kind == "policy"]
+            assert 1 <= len(acts) <= 3 and leaf.status in ("ok", "truncated", "failed")  # --max-turns 2
+            assert leaf.status != "ok" or leaf.rewards[reward] == (
+                0.0 if advantage == "grpo" else leaf.rewards["em"]
+            )
 
 
 # ---- the format reward (credit `search_r1_format`) ----------------------------------------------------------
@@ -297,3 +321,25 @@ def test_the_format_reward_pays_an_answer_in_the_format_and_nothing_else(on_path
     _forget()
     importlib.import_module("search_r1")  # registers again: the same function, no error
     assert get_credit("search_r1_format")(chain("answer", 1.0), "f1") == pytest.approx({0: 1.0, 2: 1.0})
+
+
+def test_the_format_reward_is_a_reward_too(on_path):
+    """`search_r1_format_em`, the same shaping over the exact match as a registered reward: what one answer
+    leaf is worth, so the `outcome` credit over it gives each act what `search_r1_format` over `em` gives."""
+    importlib.import_module("search_r1")
+    from ragteam import Question, get_reward
+    from ragteam.credit import get_credit
+    from ragteam.metrics.rewards import for_question
+    from ragteam.rollout.tree import Episode, Node
+
+    q = Question(id="q", question="Who?", golden_answers=["A"])
+    for stop, em, worth in (("answer", 1.0, 1.0), ("answer", 0.0, 0.2), ("max_turns", 1.0, 0.0)):
+        ep = Episode(id="q", workflow="search-r1", question=q)
+        ep.add(Node(id=-1, parent=None, kind="policy", role="agent"))
+        ep.add(Node(id=-1, parent=0, kind="answer", answer="A", info={"stop": stop}, rewards={"em": em}))
+        reward = get_reward("search_r1_format_em")
+        assert reward(ep.leaves()[0], q) == pytest.approx(worth)
+        by_reward = get_credit("outcome")(ep, for_question(reward, q))
+        assert (
+            by_reward == pytest.approx(get_credit("search_r1_format")(ep, "em")) == {0: pytest.approx(worth)}
+        )

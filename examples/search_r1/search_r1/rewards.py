@@ -14,11 +14,17 @@ lambda_f + (1 - lambda_f) x metric, any other 0. The registered `outcome` credit
 of a path its answer's reward (the mean over the leaves below an act, where a rollout forks).
 
     ragteam train ppo --recipe examples/search_r1/search-r1.yaml --ppo.credit search_r1_format ...
+
+The same shaping over the exact match is also a registered *reward*, `search_r1_format_em`: what one answer is
+worth, apart from credit, so it trains under any credit (`--ppo.reward search_r1_format_em` with the recipe's
+`outcome` credit trains as `--ppo.credit search_r1_format --ppo.reward em` does), scores an evaluation
+(`ragteam eval --reward search_r1_format_em`, `ragteam compare --metrics search_r1_format_em`) and is recorded on
+the answers of the rollouts a run keeps (`--save-rollouts-every N`).
 """
 
 from __future__ import annotations
 
-from ragteam import get_credit, register_credit
+from ragteam import get_credit, register_credit, register_reward
 
 FORMAT_SHARE = 0.2
 """lambda_f: what an answer in the format earns however wrong it is (our choice, set before any run)."""
@@ -31,6 +37,13 @@ def shaped(leaf, reward) -> float:
         return 0.0
     metric = reward(leaf) if callable(reward) else float(leaf.rewards[reward])  # a misspelt metric fails
     return FORMAT_SHARE + (1.0 - FORMAT_SHARE) * metric
+
+
+@register_reward("search_r1_format_em")
+def format_em(leaf, question) -> float:
+    """The reward of an answer leaf: lambda_f + (1 - lambda_f) x its exact match (Search-R1's metric) when the
+    policy answered in the format, else 0."""
+    return shaped(leaf, "em")
 
 
 @register_credit("search_r1_format")
