@@ -10,7 +10,8 @@
 Each config class is the library's class the command resolves its flags into (`EvalConfig`, `CollectConfig`,
 `SFTConfig`, `DPOConfig`, `PRMTrainConfig`, `PPOConfig`; nothing here imports `ragteam.cli`): the same fields, defaults, profiles, recipes
 and presets as its flags, resolved the same way (`ragteam.config.resolve`; `load_config` reads the YAML a
-`--config` file holds; `EvalConfig.for_workflow(name)` adds a team's own options), and each function
+`--config` file holds; a config takes the options of the workflow it names: `EvalConfig(workflow="mmoa",
+candidates=4, ...)`), and each function
 is the one the command runs, without the terminal around it: no exit codes, no messages on Ctrl-C (the
 KeyboardInterrupt reaches the caller), errors raised (a ValueError says what is wrong with the input). Like
 the command, each points the library caches under `$RAGTEAM_HOME` and runs offline (`setup_caches`) and

@@ -3,7 +3,8 @@
 A team's options class subclasses `ragteam.WorkflowConfig` (the options every workflow reads: `--topk`,
 `--profile`) and names it as its Workflow's `Options`; every command that runs the team then takes its fields
 as flags (`ragteam eval --workflow search-r1 --max-turns 2`, listed by `--help`), recipes and config files
-take them as keys (`max_turns: 4`), and Python builds them as `ragteam.EvalConfig.for_workflow("search-r1")`."""
+take them as keys (`max_turns: 4`), and Python passes them to the command's config as the built-in workflows'
+(`ragteam.EvalConfig(workflow="search-r1", max_turns=2, ...)`)."""
 
 from __future__ import annotations
 
