@@ -247,3 +247,30 @@ def test_a_team_named_by_module_path_lists_its_reward_and_credit_in_help(tmp_pat
     assert "shorter-is-better" in help_of("eval", flag="--reward REWARD")
     assert "shorter-is-better" in help_of("train", "ppo", flag="--ppo.reward PPO.REWARD")
     assert "all-the-same" in help_of("train", "ppo", flag="--ppo.credit PPO.CREDIT")
+
+
+def test_compare_knows_the_reward_of_the_team_a_run_was_made_by(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`compare --metrics NAME` where NAME is registered by the module of the runs' team, on PYTHONPATH and not
+    imported here (an eval of `--workflow pkg.module:Team`): compare imports the module config.yaml records,
+    for an eval folder and for a PPO run's rollouts file alike."""
+    from ragteam.cli.main import main
+
+    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
+    (tmp_path / "cmpteam.py").write_text(
+        "import ragteam\n\nragteam.register_reward('answer-chars-x', "
+        "lambda leaf, question: float(len(leaf.answer or '')))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cmpteam", raising=False)
+    team = "team:\n  module: cmpteam\n  package: null\n"
+    for run in ("eval", "ppo"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "config.yaml").write_text(team, encoding="utf-8")
+    a = _episodes(tmp_path / "eval" / "episodes.jsonl", ["x", "xy"])
+    (tmp_path / "ppo" / "rollouts").mkdir()
+    b = _episodes(tmp_path / "ppo" / "rollouts" / "iteration-1.jsonl", ["xyz", "xyzw"])
+    assert "answer-chars-x" not in rewards.REWARDS
+    assert main(["compare", str(a.parent), str(b), "--metrics", "answer-chars-x", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["metrics"]["answer-chars-x"]
+    assert result["a"] == pytest.approx(150.0) and result["b"] == pytest.approx(350.0)

@@ -143,7 +143,7 @@ def check_metrics(metrics: list[str], runs: dict[str, list[Episode]]) -> None:
     from ragteam.metrics.rewards import get_reward
 
     for m in metrics:
-        if m not in ("em", "f1", "cover_em", "mc_acc"):
+        if m not in BUILT_IN_METRICS:
             get_reward(m)
     if "mc_acc" not in metrics:
         return
@@ -155,9 +155,45 @@ def check_metrics(metrics: list[str], runs: dict[str, list[Episode]]) -> None:
             )
 
 
+BUILT_IN_METRICS = ("em", "f1", "cover_em", "mc_acc")
+"""What compare scores without a reward registry: the answer metrics every episode's gold answers give."""
+
+
+def import_teams(*runs: str | Path) -> None:
+    """Import the module of the team each run was made by (`team.module` in the run folder's config.yaml: an
+    eval folder, or the PPO run above `OUT/rollouts/` and `OUT/eval/` files), so a reward that module registers
+    is known to `--metrics` here as it was to the eval that named the team by its module path. Why: a team on
+    PYTHONPATH, not installed, registers its reward on import, and compare names no team. A run without a
+    config.yaml, a ragteam team or a module no longer importable adds nothing (the unknown-reward error then
+    names the known ones)."""
+    import importlib
+
+    import yaml
+
+    for run in map(Path, runs):
+        for folder in (run,) if run.is_dir() else (run.parent, run.parent.parent):
+            config = folder / "config.yaml"
+            if not config.is_file():
+                continue
+            try:
+                data = yaml.safe_load(config.read_text(encoding="utf-8"))
+            except yaml.YAMLError:
+                break
+            team = data.get("team") if isinstance(data, dict) else None
+            module = team.get("module") if isinstance(team, dict) else None
+            if isinstance(module, str) and module:
+                try:
+                    importlib.import_module(module)
+                except ImportError:
+                    pass  # gone since the run: a reward it registered is reported unknown below
+            break
+
+
 def run(cfg: Config) -> int:
     from ragteam.stats.paired import compare_runs
 
+    if any(m not in BUILT_IN_METRICS for m in cfg.metrics):
+        import_teams(cfg.run_a, cfg.run_b)
     a, b = read_run(cfg.run_a), read_run(cfg.run_b)
     check_metrics(list(cfg.metrics), {cfg.run_a: a, cfg.run_b: b})
     result = compare_runs(a, b, cfg.metrics, intersect=cfg.intersect, n=cfg.resamples, seed=cfg.seed)
