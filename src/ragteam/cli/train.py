@@ -38,9 +38,9 @@ def train_lock(kind: str, cfg: Any) -> Any:
     return run_lock(cfg.out, f"train {kind}")
 
 
-def run_trainer(kind: str, cfg: Any, train: Callable[[], Path], use: str) -> int:
+def run_trainer(kind: str, cfg: Any, train: Callable[[], Path], use: Callable[[Path], str]) -> int:
     """Run `train()` (the library's trainer on `cfg`) under the run lock; on Ctrl-C say how to resume; on
-    success say how to load the result (`use`, with `{out}` for the output folder)."""
+    success say how to load the result (`use(output folder)`: the flags that load it)."""
     try:
         with train_lock(kind, cfg):
             out = train()
@@ -51,12 +51,12 @@ def run_trainer(kind: str, cfg: Any, train: Callable[[], Path], use: str) -> int
             file=sys.stderr,
         )
         return 130
-    print(f"ragteam train {kind}: saved to {out}; use it with {use.format(out=out)}", file=sys.stderr)
+    print(f"ragteam train {kind}: saved to {out}; use it with {use(out)}", file=sys.stderr)
     return 0
 
 
-def policy_use(cfg: Any) -> str:
+def policy_use(cfg: Any) -> Callable[[Path], str]:
     """How to load a policy trainer's result: the model, or its start model with the adapter (--lora)."""
-    return (
-        "--policy.model {out}" if not cfg.lora else f"--policy.model {cfg.policy.model} --policy.lora {{out}}"
-    )
+    if cfg.lora:
+        return lambda out: f"--policy.model {cfg.policy.model} --policy.lora {out}"
+    return lambda out: f"--policy.model {out}"

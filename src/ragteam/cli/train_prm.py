@@ -13,4 +13,4 @@ RENAMED = {"--init": "--prm.model"}
 
 
 def run(cfg: PRMTrainConfig) -> int:
-    return run_trainer("prm", cfg, lambda: train_prm(cfg), "--prm.model {out}")
+    return run_trainer("prm", cfg, lambda: train_prm(cfg), lambda out: f"--prm.model {out}")
