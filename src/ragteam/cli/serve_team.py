@@ -77,14 +77,15 @@ def served_names(served_name: str | None, workflow, requested: str) -> tuple[str
 
 
 def run(cfg: Config) -> int:
-    from ragteam.assemble.build import build_team, needs_retriever
+    from ragteam.assemble.build import build_team, build_workflow, needs_retriever
     from ragteam.assemble.corpus import choose_corpus
     from ragteam.protocol import team_name
     from ragteam.serve.guard import resolve_api_key
     from ragteam.serve.listen import serve
     from ragteam.serve.team import make_app, warm_up
 
-    print(f"ragteam: building team {cfg.workflow!r} (indexes, models)", flush=True)
+    title = team_name(build_workflow(cfg), cfg.workflow)  # the class's name from the first line on (no model)
+    print(f"ragteam: building team {title!r} (indexes, models)", flush=True)
     start = time.monotonic()
     built, _ = choose_corpus(cfg, cfg.data, cfg.format, needs_retriever(cfg))  # questions come later:
     parts = build_team(built, data=cfg.data, fmt=cfg.format)  # distractor = every paragraph of --data
@@ -113,7 +114,6 @@ def run(cfg: Config) -> int:
     pieces.append(f"LLM {cfg.llm.model}" if parts.llm is not None else None)
     pieces.append(f"{parts.retriever.name} retriever" if parts.retriever is not None else None)
     team = ", ".join(p for p in pieces if p)
-    title = team_name(parts.workflow, cfg.workflow)  # the class's name, whatever --served-name says
     serve(
         app,
         cfg.host,
