@@ -1,4 +1,5 @@
-"""Shared test setup: caches inside the project, offline, the benchmark data from ../shared/data."""
+"""Shared test setup: caches inside the project, offline, the benchmark data from ../shared/data, and the fast
+tier: `pytest -m "not slow"` leaves out the tests that take seconds each (pyproject.toml says which)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,19 @@ os.environ.setdefault("MPLCONFIGDIR", str(Path(os.environ["RAGTEAM_HOME"]) / "ma
 TEST_DEVICE = os.environ.get("RAGTEAM_TEST_DEVICE", "cpu")
 
 SHARED_DATA = Path(os.environ.get("RAGTEAM_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+# Fixtures whose every user is `slow`, wherever it is written: the cost comes with the fixture. Other slow tests
+# carry `@pytest.mark.slow` (or a module's `pytestmark`) with the reason beside it.
+SLOW_FIXTURES = {
+    "hotpot_small_index": "real MiniLM embeddings",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test that uses a fixture of SLOW_FIXTURES, itself or through another fixture."""
+    for item in items:
+        for name in SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow(reason=SLOW_FIXTURES[name]))
 
 
 @pytest.fixture(scope="session")

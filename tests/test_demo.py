@@ -15,6 +15,8 @@ import pytest
 
 from ragteam.cli.main import main
 
+pytestmark = pytest.mark.slow  # the whole demo: eval, SFT, PPO, eval again, the report
+
 ARGS = [
     "--policy.model", "tiny", "--policy.threads", "1", "--questions", "2", "--sft-steps", "1",
     "--ppo-iterations", "1", "--ppo-questions", "2", "--workflows", "standard-rag", "c3po", "mmoa",

@@ -75,6 +75,7 @@ def _ppo_argv(data: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # torchrun: two processes
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_ppo_on_two_gloo_ranks_equals_one_process(parallel: str, hotpot_small: Path, tmp_path: Path) -> None:
     """Two iterations, several minibatches a step (some with one sample: one rank idles with a zero loss)."""
@@ -104,6 +105,7 @@ def test_ppo_on_two_gloo_ranks_equals_one_process(parallel: str, hotpot_small: P
 # ---- SFT (TRL under torchrun: accelerate's DDP) ----------------------------------------------------------
 
 
+@pytest.mark.slow  # torchrun: two processes
 def test_sft_on_two_gloo_ranks_equals_one_process(tmp_path: Path) -> None:
     """Batch 4 in one process = batch 2 on each of two ranks: the same rows per step, the same token-mean
     loss (TRL averages over the tokens of all ranks), the same updated weights."""

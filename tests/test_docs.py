@@ -218,8 +218,8 @@ def test_command_extraction_joins_continuations(tmp_path: Path):
 
 def test_reference_defaults_are_the_default_profiles():
     """docs/cli.md shows field defaults and says they are the default profile's: keep that true."""
-    profiles = pytest.importorskip("ragteam.workflows.profiles")
     from ragteam.assemble.config import TeamConfig
+    from ragteam.workflows import profiles
 
     for workflow in WORKFLOWS:
         for setting in profiles.settings(profiles.DEFAULT_PROFILE, workflow):

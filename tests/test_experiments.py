@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # the experiment script end to end
 def test_mmoa_grpo_script_runs_every_stage_and_compares(shared_data: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     env = dict(
@@ -81,6 +84,7 @@ def tiny_matrix_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # the experiment script end to end
 def test_matrix_script_runs_every_leg_on_the_heldout_set_and_bundles_under_the_limits(
     shared_data: Path, tmp_path: Path
 ) -> None:

@@ -323,6 +323,7 @@ def _contents(path: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(path.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow  # commands in processes of their own
 def test_eval_refuses_someones_folder_unless_overwrite_and_resumes_its_own(hotpot3, tmp_path):
     theirs = _someones_folder(tmp_path / "theirs")
     before = _contents(theirs)
@@ -342,6 +343,7 @@ def test_eval_refuses_someones_folder_unless_overwrite_and_resumes_its_own(hotpo
     assert err.count("\n") <= 2
 
 
+@pytest.mark.slow  # commands in processes of their own
 def test_train_and_collect_refuse_an_eval_folder_and_train_resumes_its_own(hotpot3, tmp_path):
     eval_dir = tmp_path / "eval-run"
     eval_dir.mkdir()

@@ -127,6 +127,7 @@ def test_streamed_index_equals_in_memory_index_on_hotpot(
     assert same >= 0.95  # float ties of fused scores aside, the same ranking
 
 
+@pytest.mark.slow  # indexes of growing corpora in processes of their own
 def test_streaming_build_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
     """5,000 then 25,000 passages streamed through docs + BM25 + dense (chunks of 1,024 passages): Python's
     allocation peak stays that of a chunk, not of the corpus (a build that gathered the passages in a list
@@ -415,6 +416,7 @@ def test_cli_streams_a_corpus_into_shards_with_ivf_then_adds_hnsw(shared_data, t
 # --- the benchmark at 20,000 passages ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a 20,000-passage index
 def test_index_scale_bench_at_20k_passages(tmp_path):
     """bench/index_scale.py's own code at 20,000 passages: shards as planned, BM25 finds the targets, IVF and
     HNSW reach their recall against exact search, and exact search equals brute force in memory."""

@@ -24,6 +24,8 @@ from ragteam.train.advantages import ESTIMATORS, Estimator, get_advantage
 from ragteam.train.ppo_config import PPOConfig
 from ragteam.types import Action, Question
 
+pytestmark = pytest.mark.slow  # PPO trained for many iterations, once per estimator
+
 ITERATIONS = 12  # rollouts (each followed by one update of 2 epochs x ~4 minibatches)
 
 

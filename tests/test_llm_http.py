@@ -477,6 +477,7 @@ def test_config_and_factory(server):
         normalize_base_url("localhost:8000")
 
 
+@pytest.mark.slow  # serve llm in a process of its own
 def test_serve_llm_command_serves_the_tiny_model(tiny):
     with ServerProcess(
         ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60

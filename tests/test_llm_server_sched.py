@@ -144,6 +144,7 @@ def test_a_client_that_disconnects_cancels_its_generation_queued_or_running(serv
     assert never_ends.stats["generated_tokens"] - tokens0 == generated + 4
 
 
+@pytest.mark.slow  # serve llm in a process of its own
 def test_operator_cap_and_threads_flag_of_serve_llm():
     args = [
         "llm",

@@ -42,6 +42,7 @@ def test_weights_folder_problem_never_opens_what_it_checks(tmp_path):
     assert weights_folder_problem(str(tmp_path / "none")).startswith("does not exist")
 
 
+@pytest.mark.slow  # serve llm in a process of its own
 def test_load_weights_with_a_fifo_is_a_400_and_health_keeps_answering(tmp_path):
     weights = tmp_path / "weights"
     weights.mkdir()

@@ -163,6 +163,7 @@ def test_first_advantages_start_from_the_reference(tiny_run) -> None:
     assert abs(float(exp.advantages[exp.mask].mean())) < 1e-4  # whitened
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_an_update_lowers_the_ppo_loss_on_its_own_batch(tiny_run) -> None:
     from ragteam.train.losses import policy_loss, value_loss
 
@@ -209,6 +210,7 @@ def _env() -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS="1")
 
 
+@pytest.mark.slow  # a training process killed and resumed
 def test_kill_9_then_resume_loses_and_repeats_no_update(hotpot_small: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
@@ -237,6 +239,7 @@ def test_kill_9_then_resume_loses_and_repeats_no_update(hotpot_small: Path, tmp_
     assert (killed / "critic" / "value_head.pt").is_file() and (killed / "curves.png").is_file()
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_the_trained_policy_loads_back_as_a_policy(hotpot_small: Path, tmp_path: Path) -> None:
     from ragteam.llm.local import LocalChatModel
     from ragteam.train import ppo
@@ -288,6 +291,7 @@ def test_judge_reward_comes_from_a_judge_server(tiny_run) -> None:
         tiny_cfg(Path("q"), Path("o"), ppo={"reward": "judge"})
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_a_served_policy_gets_the_trained_weights(hotpot_small: Path, tmp_path: Path, monkeypatch) -> None:
     """--policy.backend openai: rollouts come from `serve llm`, which loads the weights after each update
     (the server wants an API key: rollouts and weight pushes both send the policy's)."""
@@ -401,6 +405,7 @@ def _adapter(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "adapter" / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_lora_ppo_trains_an_adapter_against_its_own_base_and_resumes(
     hotpot_small: Path, tmp_path: Path
 ) -> None:
@@ -686,6 +691,7 @@ def test_a_spent_budget_names_itself_and_a_fresh_one_does_not() -> None:
     assert budget_spent(cfg, {"generated_tokens": 0, "seconds": 60}).startswith("time")
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_a_time_budget_ends_the_run_with_its_checkpoint_and_final_policy(
     hotpot_small: Path, tmp_path: Path
 ) -> None:

@@ -207,6 +207,7 @@ def test_entry_point_builds_by_name_and_is_listed(team_dir):
     assert "myteams.team" in sys.modules  # imported only when built
 
 
+@pytest.mark.slow  # installs a package, then a command in a process of its own
 def test_entry_point_shows_in_help(team_dir):
     _dist_info(team_dir, {"my-team": "myteams.team:Team"})
     for command in (["eval"], ["ask"], ["collect"], ["train", "ppo"], ["serve", "team"], ["demo"]):

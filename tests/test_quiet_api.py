@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = """
 import ragteam
 cfg = ragteam.EvalConfig(workflow="mmoa", data={data!r}, out={out!r}, limit=1, policy={{"model": "tiny"}},
@@ -28,6 +30,7 @@ def _stderr(data: Path, out: Path, **env: str) -> str:
     return run.stderr
 
 
+@pytest.mark.slow  # a Python process of its own
 def test_evaluate_from_python_prints_no_library_deprecation(hotpot_small: Path, tmp_path: Path) -> None:
     quiet = _stderr(hotpot_small, tmp_path / "quiet")
     assert "past_key_values" not in quiet and "FutureWarning" not in quiet, quiet

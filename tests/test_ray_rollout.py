@@ -25,6 +25,8 @@ from ragteam.rollout.distributed import RayEngine, RayParts, shares, spread
 from ragteam.rollout.tree import Episode
 from ragteam.workflows.c3po.settings import TREE as C3PO_TREE
 
+pytestmark = pytest.mark.slow  # rollouts on a local Ray: actors in processes of their own
+
 
 @pytest.fixture(scope="module")
 def local_ray():

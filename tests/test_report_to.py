@@ -14,6 +14,8 @@ from test_train_sft import sft_row, write_jsonl
 
 from ragteam.cli.main import main
 
+pytestmark = pytest.mark.slow  # training runs logging to real offline wandb runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -88,6 +88,7 @@ def _expected(episodes: list[dict]) -> float:
     return sum(values) / len(values)
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_a_reward_registered_outside_the_package_trains_a_ppo_run(
     hotpot_small: Path, tmp_path: Path, monkeypatch, registry
 ) -> None:

@@ -67,6 +67,7 @@ def test_a_lock_on_a_new_folder_leaves_nothing_behind_and_a_file_is_left_to_the_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+@pytest.mark.slow  # commands in processes of their own
 def test_two_identical_evals_on_one_out_write_each_question_once(hotpot_small, tmp_path):
     out = tmp_path / "run"
     args = ["eval", "--workflow", "direct", "--data", str(hotpot_small), "--out", str(out), "--limit", "4"]
@@ -84,6 +85,7 @@ def test_two_identical_evals_on_one_out_write_each_question_once(hotpot_small, t
     assert len(ids) == len(set(ids)) == 4
 
 
+@pytest.mark.slow  # commands in processes of their own
 def test_ask_out_refuses_a_foreign_file_and_replaces_its_own(tmp_path):
     theirs = tmp_path / "episodes.jsonl"
     theirs.write_text('{"id": "q1"}\n{"id": "q2"}\n')

@@ -125,6 +125,7 @@ def test_built_by_module_and_class(on_path):
     assert [r.name for r in team.roles] == ["agent"] and team.needs == {"policy", "retriever"}
 
 
+@pytest.mark.slow  # installs a package, then a command in a process of its own
 def test_built_by_its_entry_point_once_installed(tmp_path, monkeypatch):
     """A real install of the example (pip, no dependencies, no index) into a folder put on sys.path: its
     `ragteam.workflows` entry point makes `search-r1` a name every command knows."""
@@ -242,6 +243,7 @@ def test_evaluated_on_a_few_questions(on_path, hotpot_small, tmp_path):
     assert len(episodes) == 3 and all(json.loads(e)["workflow"] == "search-r1" for e in episodes)
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 @pytest.mark.parametrize("advantage", ["gae", "grpo"])
 def test_two_ppo_iterations(on_path, hotpot_small, tmp_path, advantage):
     """docs/extend.md step 7: the recipe's PPO with a critic, and GRPO on the team's own reward

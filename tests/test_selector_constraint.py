@@ -251,6 +251,7 @@ def test_an_unknown_structured_output_form_is_refused() -> None:
 # ---- `ragteam serve llm` honours a constrained request ----------------------------------------------------
 
 
+@pytest.mark.slow  # serve llm in a process of its own
 def test_serve_llm_honours_a_structured_outputs_regex(tiny) -> None:
     c = selector_constraint(5)
     allowed = set(tiny.allowed_ids(Constraint.from_regex(c.regex)))

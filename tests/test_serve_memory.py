@@ -95,6 +95,7 @@ def _out_of_memory_when(condition):
     return hook
 
 
+@pytest.mark.slow  # serve llm in a process of its own
 def test_out_of_memory_fails_only_the_request_that_cannot_fit_alone(tiny):
     huge = "this one does not fit " * 5
     huge_ids = tiny.prompt_ids([{"role": "user", "content": huge}])

@@ -66,6 +66,7 @@ def _ask(client: openai.OpenAI, question: str, **kw):
     )
 
 
+@pytest.mark.slow  # many concurrent clients
 def test_32_concurrent_openai_requests_are_all_answered_in_shared_engine_runs(team, client, hotpot_small):
     srv, parts = team
     before = httpx.get(srv.url + "/health").json()
@@ -248,6 +249,7 @@ def test_an_episode_that_cannot_answer_is_a_500_and_the_server_keeps_serving(hot
         client.close()
 
 
+@pytest.mark.slow  # serve team in a process of its own
 def test_serve_team_command_answers_the_openai_client(hotpot_small):
     args = ["team", "--workflow", "standard-rag", "--data", str(hotpot_small), "--retriever.kind", "bm25"]
     args += ["--topk", "2", "--rollout.llm-max-tokens", "8", "--served-name", "rag"]

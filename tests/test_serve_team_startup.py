@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 import torch
 from conftest import TEST_DEVICE
 
@@ -61,6 +62,7 @@ def test_health_is_ready_and_the_first_question_loads_nothing(hotpot_small):
     assert _encoder_loads() == loaded  # the first question waited on no startup work
 
 
+@pytest.mark.slow  # serve team in a process of its own
 def test_serve_team_announces_progress_before_the_port_and_reports_ready(hotpot_small):
     args = ["team", "--workflow", "standard-rag", "--data", str(hotpot_small), "--retriever.kind", "bm25"]
     args += ["--topk", "2", "--rollout.llm-max-tokens", "8"]
@@ -85,6 +87,7 @@ def test_serve_team_announces_progress_before_the_port_and_reports_ready(hotpot_
         assert _ask(srv.url, GOOD[0]).status_code == 200
 
 
+@pytest.mark.slow  # serve team in a process of its own
 def test_a_question_that_runs_out_of_memory_alone_is_a_413_and_the_others_are_answered(hotpot_small):
     parts = build_team(_config(hotpot_small, "bm25"), data=str(hotpot_small))
     model = parts.llm

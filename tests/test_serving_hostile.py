@@ -196,6 +196,7 @@ def _chat_body(text: str, max_tokens: int = 2) -> dict:
     return {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens}
 
 
+@pytest.mark.slow  # many concurrent clients
 def test_llm_client_mistakes_and_a_crash_fail_alone_among_64_clients(tiny):
     crashy = _CrashesOn(tiny)
     overflow = json.dumps(_chat_body("word " * (tiny.context_length + 10))).encode()
@@ -287,6 +288,7 @@ def test_llm_special_token_text_from_a_client_stays_text(tiny):
 # ---- the commands ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the serve commands in processes of their own
 def test_serve_commands_key_threads_warning_and_listen_errors(hotpot_small_index, capsys):
     index = str(hotpot_small_index.path)
     with ServerProcess(["retriever", "--index", index, "--kind", "bm25", "--host", "0.0.0.0"]) as srv:

@@ -173,6 +173,7 @@ def test_batches_keep_each_prompt_group_together(seed: int) -> None:
                     assert set(g) == set(full) or packed_tokens([samples[j] for j in full], True) > 120
 
 
+@pytest.mark.slow  # a PPO run of whole iterations
 def test_a_tiny_grpo_run_with_shared_prompts_finishes(
     hotpot_small: Path, tmp_path: Path, monkeypatch
 ) -> None:

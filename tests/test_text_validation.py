@@ -76,6 +76,7 @@ def test_corpus_and_sft_readers_name_file_line_and_field(tmp_path):
         read_sft_rows(binary)
 
 
+@pytest.mark.slow  # commands in processes of their own
 def test_eval_skip_bad_runs_past_a_lone_surrogate_and_resumes(tmp_path):
     data = _questions(tmp_path / "q.jsonl")
     out = tmp_path / "run"
