@@ -43,6 +43,7 @@ def _encoder_loads() -> int:
     return encoder._load_model.cache_info().misses + encoder._load_transformer.cache_info().misses
 
 
+@pytest.mark.slow  # real MiniLM: a hybrid index and its query encoder
 def test_health_is_ready_and_the_first_question_loads_nothing(hotpot_small):
     encoder._load_model.cache_clear()  # the query encoder of a hybrid retriever loads on its first search
     encoder._load_transformer.cache_clear()
