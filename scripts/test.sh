@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set everything up, then run the test suite (offline, CPU). Extra arguments go to pytest.
+# Set everything up, then run the whole test suite (offline, CPU): what CI runs (.ci/run). Extra arguments go to
+# pytest: `bash scripts/test.sh -m "not slow"` runs the fast tier (pyproject.toml's `slow` marker says what it leaves out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
