@@ -241,9 +241,13 @@ FOREIGN_FLAGS = {"--model-path", "--host", "--port"}
 
 def _install_search_r1(monkeypatch) -> type:
     """The Search-R1 example's team under its installed name `search-r1` for this test (on sys.path and in the
-    registry, both undone after); its options class."""
+    registry, both undone after, with the credit and reward its import registers); its options class."""
+    from ragteam import credit
+    from ragteam.metrics import rewards
     from ragteam.workflows import registry
 
+    monkeypatch.setattr(credit, "CREDITS", dict(credit.CREDITS))  # --help reads these when a parser is built
+    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "search_r1"))
     from search_r1 import SearchR1
 

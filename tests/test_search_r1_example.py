@@ -33,6 +33,17 @@ def _forget() -> None:
         del sys.modules[name]
 
 
+@pytest.fixture(autouse=True)
+def _registries(monkeypatch):
+    """The example's credit and reward, registered when a test imports it, forgotten after the test: `--help`
+    reads the registries when a parser is built, so a later test (docs/cli.md's) sees only ragteam's own."""
+    from ragteam import credit
+    from ragteam.metrics import rewards
+
+    monkeypatch.setattr(credit, "CREDITS", dict(credit.CREDITS))
+    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
+
+
 @pytest.fixture
 def on_path(monkeypatch):
     """The example importable from its source folder (as with PYTHONPATH=examples/search_r1)."""
