@@ -330,3 +330,16 @@ def test_free_text_info_is_not_tabulated():
         ep.nodes[-1].info = {"roadmap": f"plan {i}"}
         eps.append(ep)
     assert stats.answer_info_stats(eps)["counts"] == {}
+
+
+def test_report_names_only_the_models_the_team_calls():
+    """A team that calls no LLM server (`needs` without `llm`: MMOA-RAG, a Self-Ask policy) has no `llm:` line
+    in report.md, though its config holds the default LLM; a metrics.json without `needs` keeps both lines."""
+    models = {
+        "policy": {"backend": "local", "model": "tiny"},
+        "llm": {"backend": "local", "model": "smollm2"},
+    }
+    summary = {**_summary(), "config": models}
+    assert "- llm: local `smollm2`" in report.render_report(summary)
+    md = report.render_report({**summary, "needs": ["policy", "retriever"]})
+    assert "- policy: local `tiny`" in md and "- llm:" not in md

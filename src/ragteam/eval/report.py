@@ -64,8 +64,9 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = ()) -> str:
     facts = [f"- questions: {summary['n']} (failed: {summary['failed']})"]
     if summary.get("data"):
         facts.append(f"- data: `{summary['data']}` (format {summary.get('format', '?')})")
+    needs = summary.get("needs", ("policy", "llm"))  # a metrics.json from before `needs`: both, as then
     for role in ("policy", "llm"):
-        if isinstance(cfg.get(role), dict):
+        if role in needs and isinstance(cfg.get(role), dict):  # not the LLM of a team that calls none
             m = cfg[role]
             where = f" at {m['base_url']}" if m.get("base_url") else ""
             facts.append(f"- {role}: {m.get('backend', '?')} `{m.get('model', '?')}`{where}")

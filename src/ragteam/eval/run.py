@@ -149,7 +149,8 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
     episodes = {q.id: recorded[q.id] for q in selected if q.id in recorded}
     judged, judge_info = _judge(cfg.judge, selected, episodes) if cfg.judge.base_url else (None, None)
     rows = question_rows(selected, episodes, score=score_answer, judge=judged)
-    name = team_name(build_workflow(cfg), cfg.workflow)  # its class's name (cheap: no model is built)
+    team = build_workflow(cfg)  # cheap: no model is built
+    name = team_name(team, cfg.workflow)  # its class's name
     summary: dict[str, Any] = {"workflow": name, **aggregate(rows)}
     if cfg.reward is not None:
         add_reward(summary, rows, episodes, cfg.reward)
@@ -171,6 +172,7 @@ def run_eval(cfg: EvalConfig, log=print) -> dict[str, Any]:
         format=qset.format,
         offset=cfg.offset,
         retriever=retriever_name,
+        needs=sorted(team.needs),  # the parts the team calls: report.md names only those models
         engine_calls=calls,
         prefix_cache=prefill_summary(calls),  # prompt / prefilled / cached tokens by in-process model
         seconds=perf_counter() - t0,
