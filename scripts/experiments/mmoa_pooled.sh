@@ -35,7 +35,7 @@ fi
 SFT="$W/sft/checkpoint-$SFT_STEPS"
 if [ ! -d "$SFT" ]; then
   stamp "SFT ($SFT_STEPS steps)"
-  $RT train sft --data "$W/sft-data/sft.jsonl" --out "$W/sft" --init "$POLICY" --max-steps "$SFT_STEPS" \
+  $RT train sft --data "$W/sft-data/sft.jsonl" --out "$W/sft" --policy.model "$POLICY" --max-steps "$SFT_STEPS" \
     --batch-size 4 --save-steps "$SFT_STEPS" --max-length 2048 --no-progress >"$W/sft.log" 2>&1
 fi
 # Both arms side by side, one torch thread each (2 cores): an interruption leaves them at the same question, and

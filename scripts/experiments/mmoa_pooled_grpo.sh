@@ -50,7 +50,7 @@ G=$W/grpo
 if [ ! -f "$G/model.safetensors" ]; then
   stamp "GRPO: $ITERS iterations of $QPI questions x $GROUP"
   resume=""; compgen -G "$G/checkpoint-*" >/dev/null && resume=--resume
-  /usr/bin/time -f "grpo: %e s wall" $RT train ppo --recipe mmoa $M $R --data "$D" --limit 400 --init "$SFT" \
+  /usr/bin/time -f "grpo: %e s wall" $RT train ppo --recipe mmoa $M $R --data "$D" --limit 400 --policy.model "$SFT" \
     --out "$G" $resume --iterations "$ITERS" --budget-seconds "$BUDGET_S" --questions-per-iteration "$QPI" \
     --rollout.group-size "$GROUP" --ppo.advantage grpo --ppo.train-roles selector,generator \
     --ppo.lr 2e-6 --ppo.lr-schedule constant --ppo.target-kl 0.1 \
