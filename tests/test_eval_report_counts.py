@@ -1,5 +1,6 @@
-"""Honest eval reports (issue 10, item 3): the strategy ratio over valid router acts only, with malformed and
-forced ones counted apart; depth counted as C-3PO's t (Fig. 6); skipped records counted and listed by line."""
+"""What the eval report counts (issue 10, item 3): the strategy ratio over valid router acts only, with
+malformed and forced ones counted apart; depth counted as C-3PO's t (Fig. 6); skipped records counted and listed
+by line."""
 
 from __future__ import annotations
 
