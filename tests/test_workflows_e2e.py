@@ -17,8 +17,7 @@ from ragteam.retrieval.factory import open_retriever
 from ragteam.rollout.config import RolloutConfig
 from ragteam.rollout.engine import Engine
 from ragteam.rollout.tree import Episode
-from ragteam.workflows.config import WorkflowConfig
-from ragteam.workflows.registry import WORKFLOWS, build_workflow
+from ragteam.workflows.registry import WORKFLOWS, build_workflow, workflow_options
 
 N_QUESTIONS = 2
 
@@ -38,7 +37,7 @@ def run(
 ) -> tuple[list[Episode], Engine]:
     questions, tiny, retriever = parts
     engine = Engine(tiny, tiny, retriever, rollout or RolloutConfig(max_tokens=6, llm_max_tokens=4))
-    report = engine.run(build_workflow(name, WorkflowConfig(**{"topk": 2, **wf})), questions[:n])
+    report = engine.run(build_workflow(name, workflow_options(name)(topk=2, **wf)), questions[:n])
     assert report.failed == 0, report.failures
     return report.episodes, engine
 

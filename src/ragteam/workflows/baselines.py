@@ -73,7 +73,7 @@ class Direct(Workflow):
     presets = PRESETS
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
+        self.cfg = WorkflowConfig.of(cfg)
 
     def run(self, question: Question) -> EpisodeGenerator:
         prompt = DIRECT_PROMPT.format(question=question.question, options=format_options(question))
@@ -88,7 +88,7 @@ class StandardRAG(Workflow):
     presets = PRESETS
 
     def __init__(self, cfg: WorkflowConfig | None = None) -> None:
-        self.cfg = cfg if cfg is not None else WorkflowConfig()
+        self.cfg = WorkflowConfig.of(cfg)
 
     def run(self, question: Question) -> EpisodeGenerator:
         ranked = yield Retrieve([question.question], k=self.cfg.topk)

@@ -13,7 +13,7 @@ and no profile, so the workflows' packages import it without an arrow back up.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
@@ -30,6 +30,20 @@ class WorkflowConfig(Config):
         "paper's stated values: docs/workflows.md); values set explicitly win over the profile",
     )
     topk: int = Field(5, ge=1, le=100, description="documents retrieved per query")
+
+    @classmethod
+    def of(cls: type[Opts], cfg: Any = None) -> Opts:
+        """`cfg` as this options class: itself when it already is one; else the fields of `cfg` (another
+        options class, e.g. a plain WorkflowConfig(topk=3)) this class declares, the rest at their defaults.
+        Every workflow's constructor and `registry.build_workflow` take their options through it, so a team
+        built directly with the shared base gets its own defaults, not an AttributeError."""
+        if isinstance(cfg, cls):
+            return cfg
+        given = cfg.model_dump(exclude_unset=True) if cfg is not None else {}
+        return cls(**{k: v for k, v in given.items() if k in cls.model_fields})
+
+
+Opts = TypeVar("Opts", bound=WorkflowConfig)
 
 
 class RoleCaps(WorkflowConfig):

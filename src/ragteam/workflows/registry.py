@@ -197,11 +197,7 @@ def _rebuilt(base: type[C], options: type[WorkflowConfig], values: dict) -> C:
 def build_workflow(name: str, cfg: WorkflowConfig | None = None) -> Workflow:
     """The workflow called `name`, configured by `cfg` (its options class, else the fields of `cfg` it
     declares, the others at their defaults); a one-line ValueError naming what failed otherwise."""
-    options = workflow_options(name)
-    if cfg is None or not isinstance(cfg, options):
-        given = cfg.model_dump(exclude_unset=True) if cfg is not None else {}
-        cfg = options(**{k: v for k, v in given.items() if k in options.model_fields})
-    cfg = with_profile(cfg, name)
+    cfg = with_profile(workflow_options(name).of(cfg), name)
     workflow = _factory(name)(cfg)
     if not isinstance(workflow, Workflow):
         raise ValueError(

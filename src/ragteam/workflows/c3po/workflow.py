@@ -52,6 +52,7 @@ from ragteam.workflows.c3po.parsers import (
 )
 from ragteam.workflows.c3po.settings import ROUTER_TAGS
 from ragteam.workflows.c3po.tree import DEPTH as C3PO_DEPTH
+from ragteam.workflows.config import WorkflowConfig
 
 ROUTER_MAX_TOKENS = 64
 """The router writes one tag and at most a short query (its cap unless `cfg.role_caps` is off, as under
@@ -122,8 +123,8 @@ class C3PO(Workflow):
     roles = (ROUTER, FILTER, DECIDER)
     depth_rule = C3PO_DEPTH
 
-    def __init__(self, cfg: C3POOptions | None = None) -> None:
-        self.cfg = cfg if cfg is not None else C3POOptions()
+    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
+        self.cfg = C3POOptions.of(cfg)
 
     @property
     def needs(self) -> frozenset[str]:

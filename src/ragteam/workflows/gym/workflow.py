@@ -37,6 +37,7 @@ from typing import Any
 from ragteam.protocol import Answer, BudgetExceeded, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Doc, Message, Question
 from ragteam.workflows.answers import extract_answer
+from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.gym import prompts
 from ragteam.workflows.gym.options import PRESETS, GymOptions
 from ragteam.workflows.gym.parsers import parse_actor, predicted_answer
@@ -75,10 +76,10 @@ class GymAgent(Workflow):
     Options = GymOptions  # its options: the flags of a command that runs it (options.py)
     presets = PRESETS  # its rows of each profile (options.py)
 
-    def __init__(self, cfg: GymOptions | None = None, agent: str = "react") -> None:
+    def __init__(self, cfg: WorkflowConfig | None = None, agent: str = "react") -> None:
         if agent not in AGENTS:
             raise ValueError(f"unknown RAG-Gym agent {agent!r}; choose one of {', '.join(AGENTS)}")
-        self.cfg = cfg if cfg is not None else GymOptions()
+        self.cfg = GymOptions.of(cfg)
         self.agent = agent
         self.name = f"gym:{agent}"
 

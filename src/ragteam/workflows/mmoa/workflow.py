@@ -41,6 +41,7 @@ from ragteam.llm.constraint import choice_regex
 from ragteam.protocol import Answer, BudgetExceeded, Constraint, EpisodeGenerator, Retrieve, Role, Workflow
 from ragteam.types import Action, Doc, Hit, Question
 from ragteam.workflows.answers import format_options
+from ragteam.workflows.config import WorkflowConfig
 from ragteam.workflows.mmoa import prompts
 from ragteam.workflows.mmoa.labels import WITH_REWRITER
 from ragteam.workflows.mmoa.options import PRESETS, MMOAOptions
@@ -150,8 +151,8 @@ class MMOA(Workflow):
     roles = (REWRITER, SELECTOR, GENERATOR)
     needs = frozenset({"policy", "retriever"})  # the Generator is a policy role: no LLM server is called
 
-    def __init__(self, cfg: MMOAOptions | None = None) -> None:
-        self.cfg = cfg if cfg is not None else MMOAOptions()
+    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
+        self.cfg = MMOAOptions.of(cfg)
 
     @staticmethod
     def sft_labelling(cfg: MMOAOptions) -> Workflow:
@@ -220,8 +221,8 @@ class MMOALabeling(Workflow):
     """How `collect` makes rows of its episodes (`collect/run.py`'s table of labelled modes; the summary's
     `mode`)."""
 
-    def __init__(self, cfg: MMOAOptions | None = None) -> None:
-        self.cfg = cfg if cfg is not None else MMOAOptions()
+    def __init__(self, cfg: WorkflowConfig | None = None) -> None:
+        self.cfg = MMOAOptions.of(cfg)
 
     def sft_forks(self, samples: int) -> tuple[list[dict[str, Any]], bool]:
         """The fork schedule of `samples` rewrites per question (`--samples`), and whether the rewrites
