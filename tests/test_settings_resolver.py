@@ -36,6 +36,18 @@ def test_the_ppo_learning_rate_goes_from_the_flag_to_the_optimizer_through_four_
     sources = sources_of(cfg)
     assert sources["ppo.lr"] == "flag"
     assert sources["ppo.clip"] == "recipe"  # the recipe's other values stay
+    # ... and the fourth file: the learner's optimizer takes it (the tiny policy, no value model)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ragteam.llm.tiny import tiny_model_dir
+    from ragteam.train.actor_critic import ActorCritic
+    from ragteam.train.ppo.learner import Learner
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
+    ac = ActorCritic.from_policy(policy, value_model=False)
+    learner = Learner.create(ac, None, None, cfg.ppo, torch.device("cpu"), iterations=2, fused=False)
+    assert learner.optimizer.param_groups[0]["lr"] == 3e-6
 
 
 def test_each_layer_wins_over_the_one_below_and_is_named(tmp_path: Path) -> None:
