@@ -102,8 +102,10 @@ def workflow_names() -> list[str]:
 
 def workflow_help(what: str = "workflow") -> str:
     """A `--workflow` option's description: `what`, then the names this install knows (registered and
-    installed), so `--help` lists a package's teams as soon as it is installed."""
-    return f"{what}: {', '.join(workflow_names())}, or package.module:ClassName (a Workflow of your own)"
+    installed), so `--help` lists a package's teams as soon as it is installed; a command that runs one team
+    also says that naming it lists its own options."""
+    names = f"{what}: {', '.join(workflow_names())}, or package.module:ClassName (a Workflow of your own)"
+    return names + ("; --workflow NAME --help lists that team's own options" if what == "workflow" else "")
 
 
 def workflow_package(name: str) -> dict[str, str | None] | None:
