@@ -179,7 +179,9 @@ def test_tree_from_a_real_run_round_trips_through_jsonl(shared_data, tiny, tmp_p
 @pytest.mark.slow  # serve llm in a process of its own
 def test_server_killed_mid_run_fails_the_later_episodes_and_keeps_the_earlier(shared_data):
     tiny_model_dir()  # build the tiny model here (once), not in the server process
-    server = ServerProcess(["llm", "--model", "tiny", "--device", TEST_DEVICE], timeout=90).start()
+    server = ServerProcess(
+        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE], timeout=90
+    ).start()
     try:
         llm = OpenAIChatModel(server.url + "/v1", "tiny", retries=1, backoff=0.05, timeout=10)
         qs = hotpot_questions(shared_data, 8)

@@ -48,7 +48,16 @@ def test_load_weights_with_a_fifo_is_a_400_and_health_keeps_answering(tmp_path):
     weights.mkdir()
     fifo = weights / "model.safetensors"
     os.mkfifo(fifo)
-    args = ["llm", "--model", "tiny", "--device", TEST_DEVICE, "--allow-weight-updates", "--threads", "1"]
+    args = [
+        "llm",
+        "--model.model",
+        "tiny",
+        "--model.device",
+        TEST_DEVICE,
+        "--allow-weight-updates",
+        "--model.threads",
+        "1",
+    ]
     with ServerProcess(args, timeout=90) as srv:
         answer: dict[str, httpx.Response] = {}
 

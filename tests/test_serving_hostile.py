@@ -294,7 +294,7 @@ def test_serve_commands_key_threads_warning_and_listen_errors(hotpot_small_index
     with ServerProcess(["retriever", "--index", index, "--kind", "bm25", "--host", "0.0.0.0"]) as srv:
         assert "without an API key" in srv.stderr_tail()
     with ServerProcess(
-        ["llm", "--model", "tiny", "--device", TEST_DEVICE, "--threads", "1"],
+        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--model.threads", "1"],
         env={"RAGTEAM_API_KEY": "from-env"},
         timeout=60,
     ) as srv:
