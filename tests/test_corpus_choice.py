@@ -95,7 +95,10 @@ def test_a_profiles_corpus_yields_to_a_named_index_a_users_clashes(hotpot12, tmp
     _, made = choose_corpus(paper, str(hotpot12), None, True, False)
     assert made.kind == "index" and len(made.index) == len(docs)
     mine = TeamConfig(
-        workflow="c3po", profile="paper", corpus="pooled", retriever={"kind": "bm25", "index": str(folder.path)}
+        workflow="c3po",
+        profile="paper",
+        corpus="pooled",
+        retriever={"kind": "bm25", "index": str(folder.path)},
     )  # the user names the same corpus
     with pytest.raises(ValueError, match="--corpus pooled and --retriever.index both name a corpus"):
         choose_corpus(mine, str(hotpot12), None, True, False)

@@ -480,7 +480,8 @@ def test_config_and_factory(server):
 @pytest.mark.slow  # serve llm in a process of its own
 def test_serve_llm_command_serves_the_tiny_model(tiny):
     with ServerProcess(
-        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60
+        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--served-name", "tiny-cli"],
+        timeout=60,
     ) as srv:
         assert srv.url.startswith("http://127.0.0.1:") and not srv.url.endswith(":0")
         models = httpx.get(srv.url + "/v1/models", timeout=10).json()

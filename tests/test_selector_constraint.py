@@ -257,7 +257,8 @@ def test_serve_llm_honours_a_structured_outputs_regex(tiny) -> None:
     allowed = set(tiny.allowed_ids(Constraint.from_regex(c.regex)))
     assert allowed == set(tiny.allowed_ids(c))  # the server's whitelist is the role's
     with ServerProcess(
-        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--served-name", "tiny-cli"], timeout=60
+        ["llm", "--model.model", "tiny", "--model.device", TEST_DEVICE, "--served-name", "tiny-cli"],
+        timeout=60,
     ) as srv:
         for form in ("vllm", "vllm-guided", "sglang"):
             client = OpenAIChatModel(srv.url, "tiny-cli", retries=0, structured_output=form)

@@ -311,9 +311,7 @@ def test_forced_retrieval_with_the_tiny_model_forces_the_prefix_tokens_and_sampl
     retriever = CountingRetriever()
     cfg = RolloutConfig(max_tokens=8, llm_max_tokens=4, temperature=1.0, seed=3)
     (ep,) = (
-        Engine(tiny, tiny, retriever, cfg)
-        .run(C3PO(C3POOptions(strategy="retrieval", topk=2)), [Q])
-        .episodes
+        Engine(tiny, tiny, retriever, cfg).run(C3PO(C3POOptions(strategy="retrieval", topk=2)), [Q]).episodes
     )
     router = ep.policy_nodes()[0]
     c = router.completion
