@@ -286,36 +286,36 @@ def _help_from(target: str) -> str:
     return str(getattr(importlib.import_module(module), name)())
 
 
+def _not_a_group(dotted: str, keys: list[str], depth: int, inner: Any, where: str) -> ConfigError:
+    """The error for a group given a value that is not a mapping (`policy: 5`) while a flag sets a field
+    inside it (`--policy.model`), instead of a TypeError."""
+    name = ".".join(keys[: depth + 1])
+    return ConfigError(
+        f"{where}: {name} is {short_repr(inner)}, but --{dotted.replace('_', '-')} sets a field "
+        f"inside it; write {name} as a mapping of its fields"
+    )
+
+
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str = "the config") -> None:
-    """Set `data[a][b]... = value` for the flag `--a.b...`; a ConfigError when the file gives `a` a value
-    that is not a mapping (`policy: 5` beside `--policy.model`), instead of a TypeError."""
+    """Set `data[a][b]... = value` for the flag `--a.b...` (`_not_a_group` when a level is not a mapping)."""
     keys = dotted.split(".")
     for depth, key in enumerate(keys[:-1]):
         inner = data.setdefault(key, {})
         if not isinstance(inner, dict):
-            name = ".".join(keys[: depth + 1])
-            raise ConfigError(
-                f"{where}: {name} is {short_repr(inner)}, but --{dotted.replace('_', '-')} sets a field "
-                f"inside it; write {name} as a mapping of its fields"
-            )
+            raise _not_a_group(dotted, keys, depth, inner, where)
         data = inner
     data[keys[-1]] = value
 
 
 def _check_group(data: dict[str, Any], dotted: str, where: str) -> None:
-    """ConfigError when the file gives a group a value that is not a mapping (`policy: 5`) and a flag sets a
-    field inside it (`--policy.model`)."""
+    """`_not_a_group` when the file gives a group of `--a.b...` a value that is not a mapping."""
     keys = dotted.split(".")
     for depth, key in enumerate(keys[:-1]):
         inner = data.get(key)
         if inner is None:
             return
         if not isinstance(inner, dict):
-            name = ".".join(keys[: depth + 1])
-            raise ConfigError(
-                f"{where}: {name} is {short_repr(inner)}, but --{dotted.replace('_', '-')} sets a field "
-                f"inside it; write {name} as a mapping of its fields"
-            )
+            raise _not_a_group(dotted, keys, depth, inner, where)
         data = inner
 
 
