@@ -103,3 +103,18 @@ def test_the_new_spellings_reach_the_configs():
         ppo.policy.model == "runs/sft" and ppo.served_policy().model == "p"
     )  # start weights; the server's name
     assert PPOConfig(data="d", out="o", policy={"model": "runs/sft"}).served_policy().model == "runs/sft"
+
+
+def test_a_bad_or_missing_flag_is_named_as_the_flag_and_a_file_key_as_the_key(tmp_path, capsys):
+    """The user reads the spelling they typed: `--workflow: required` (not the whole argument mapping),
+    `--candidates: ...` for a flag, `candidates: ...` for the same key in a --config file."""
+    out = str(tmp_path / "o")
+    assert main(["eval", "--data", "x.jsonl", "--out", out]) != 0
+    said = capsys.readouterr().err
+    assert "--workflow: required" in said and "{" not in said
+    assert main(["eval", "--workflow", "mmoa", "--candidates", "99", "--data", "x", "--out", out]) != 0
+    assert "  --candidates: Input should be less than or equal to 50" in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    config.write_text("candidates: 99\n", encoding="utf-8")
+    assert main(["eval", "--workflow", "mmoa", "--config", str(config), "--data", "x", "--out", out]) != 0
+    assert "\n  candidates: Input should be less than or equal to 50" in capsys.readouterr().err

@@ -54,26 +54,26 @@ def test_servers_built_from_python_refuse_infinite_waits_and_timeouts():
     [
         (
             ["serve", "llm", "--model.model", "tiny", "--batch-wait-ms", "inf"],
-            "batch_wait_ms: Input should be a finite",
+            "--batch-wait-ms: Input should be a finite",
         ),
-        (["serve", "team", "--batch-wait-ms", "nan"], "batch_wait_ms: Input should be a finite"),
-        (["serve", "retriever", "--index", "x", "--batch-window-ms", "inf"], "batch_window_ms"),
+        (["serve", "team", "--batch-wait-ms", "nan"], "--batch-wait-ms: Input should be a finite"),
+        (["serve", "retriever", "--index", "x", "--batch-window-ms", "inf"], "--batch-window-ms"),
         (
             ["serve", "retriever", "--index", "x", "--read-timeout", "inf"],
-            "read_timeout: Input should be a finite",
+            "--read-timeout: Input should be a finite",
         ),
         (
             ["serve", "llm", "--model.model", "tiny", "--read-timeout", "86400"],
-            "read_timeout: Input should be less",
+            "--read-timeout: Input should be less",
         ),
         (
             ["serve", "llm", "--model.model", "tiny", "--batch-wait-ms", "1e9"],
-            "batch_wait_ms: Input should be less",
+            "--batch-wait-ms: Input should be less",
         ),
-        (["compare", "a", "b", "--resamples", "1000000000"], "resamples: Input should be less"),
+        (["compare", "a", "b", "--resamples", "1000000000"], "--resamples: Input should be less"),
         (
             ["eval", "--rollout.temperature", "inf", "--data", "x"],
-            "rollout.temperature: Input should be a finite",
+            "--rollout.temperature: Input should be a finite",
         ),
     ],
 )

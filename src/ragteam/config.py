@@ -37,7 +37,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, ValidationInfo, model_validator
 
-from ragteam.precedence import Layer, layered, sources_of
+from ragteam.precedence import Layer, as_given, layered, sources_of
 
 LAYERED = "ragteam.layered"  # validation context key: the class whose layers `resolve` merged already
 
@@ -363,9 +363,10 @@ def resolve(cls: type[Config], given: Iterable[Layer], where: str = "command lin
         model = cls.model_validate(merged, context={LAYERED: cls})
     except ValidationError as e:
         lines = [f"{where}: invalid config for {cls.__name__}:"]
-        for err in e.errors():
+        for err in e.errors():  # a missing field's input is the whole mapping around it: not printed
             field = ".".join(str(p) for p in err["loc"])
-            lines.append(f"  {field}: {err['msg']} (got {short_repr(err.get('input'))})")
+            got = f" (got {short_repr(err.get('input'))})" if err["type"] != "missing" else ""
+            lines.append(f"  {as_given(field, sources, cls)}: {err['msg'] if got else 'required'}{got}")
         raise ConfigError("\n".join(lines)) from None
     model._sources = sources
     return model

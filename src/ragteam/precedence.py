@@ -112,3 +112,12 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         annotation = args[0] if len(args) == 1 else None
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def as_given(field: str, sources: Mapping[str, str], cls: Any) -> str:
+    """A bad field named as the user wrote it: `--max-rounds` for a flag or a command's required field
+    (`--workflow`), `max_rounds` for a key of a config file or a recipe."""
+    spec = cls.model_fields.get(field)
+    if sources.get(field) == "flag" or (spec is not None and spec.is_required() and field not in sources):
+        return "--" + field.replace("_", "-")
+    return field
