@@ -162,9 +162,15 @@ def open_corpus(
                 f"`--corpus pooled:{path}` pools the files in it"
             )
         folder = factory.open_index(path)
-        return CorpusChoice("index", f"index folder {path} ({folder.manifest.get('source')})", folder)
+        return CorpusChoice("index", index_name(path, folder), folder)
     folder = factory.corpus_file_index(path, kinds=kinds, progress=progress, dense=dense)
     return CorpusChoice("file", f"corpus file {path}", folder)
+
+
+def index_name(path: Any, folder: Any) -> str:
+    """An index folder's line: its path and what its manifest says it was built from. The indexes are cached by
+    content under RAGTEAM_HOME, so that source may name the folder of whichever checkout built it first."""
+    return f"index folder {path} (built from {folder.manifest.get('source')})"
 
 
 def choose_corpus(
@@ -197,7 +203,7 @@ def choose_corpus(
         from ragteam.retrieval.factory import open_index
 
         folder = open_index(r.index)
-        return cfg, CorpusChoice("index", f"index folder {r.index} ({folder.manifest.get('source')})", folder)
+        return cfg, CorpusChoice("index", index_name(r.index, folder), folder)
     made = open_corpus(
         spec, data, fmt, questions, KIND_NEEDS[r.kind], progress, dense_build(r), more_data
     )  # the encoder --retriever.dense-model names, if any
