@@ -3,11 +3,13 @@ max_steps, who searches, what the state shows, summaries by the LLM server, fall
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 from scripted import drive, prompt_text, question
 
+from ragteam.types import Doc
 from ragteam.workflows.gym import AGENTS, GymAgent, prompts
 from ragteam.workflows.gym.options import GymOptions
 
@@ -139,3 +141,117 @@ def test_paper_last_step_still_answers_when_the_actor_answers():
         gym("react", max_steps=2, last_step="same"), Q, policy={"actor": [out(generated_query="q"), answer]}
     )
     assert t.answer.text == "2 June 2015" and t.answer.info["stop"] == "answer"
+
+
+# ---- where the history stands (`history_at`) ----------------------------------------------------------------
+
+HISTORIES = {
+    "empty": prompts.history_with_summaries([]),
+    "documents": prompts.history_with_documents(
+        [("director of Holocaust 2000", [Doc("d0", "Holocaust 2000", "A 1977 film by Alberto De Martino.")])]
+    ),
+    "summaries": prompts.history_with_summaries(
+        [("director of Holocaust 2000", "Alberto De Martino."), ("When did he die?", "On 2 June 2015.")]
+    ),
+}
+MC = prompts.question_block("Which film did he direct?", {"A": "Holocaust 2000", "B": "a river"})
+
+PAPER_ORDER_SHA256 = {
+    "direct": "d6153a1a5345e80ae099b9243d321401e7ff8e08ab69ba1041585945430c3c6c",
+    "cot": "92059cdc5e67aa07958b6c918323f96f0b8d932383db1d5e9d443686e48e84a2",
+    "rag": "8b039756aecedd65ab135797f340e3f0b66b5c6bfdd7017e5ca3216b4d29a47f",
+    "react": "8d456db9ee142c008180b412d96d8a2bf1dce047ed18a100226119b18a8c7d94",
+    "search-o1": "8d456db9ee142c008180b412d96d8a2bf1dce047ed18a100226119b18a8c7d94",
+    "re2search": "6bc3a83490cba767dab78e964c236e9d052ec57dc6985c1bfbe185210b6c2c86",
+}
+"""SHA-256 of each design's chats (`renderings`) as the templates wrote them before `history_at` existed
+(the paper's order, one template per design): the default must stay byte-identical."""
+
+
+def renderings(agent: str, **kw) -> list:
+    return [
+        prompts.actor_messages(agent, MC, history, forced=forced, **kw)
+        for history in HISTORIES.values()
+        for forced in (False, True)
+    ]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_default_history_at_keeps_every_prompt_byte_identical(agent):
+    chats = json.dumps(renderings(agent)).encode()
+    assert hashlib.sha256(chats).hexdigest() == PAPER_ORDER_SHA256[agent]
+    assert renderings(agent, history_at="start") == renderings(agent)
+    assert GymOptions().history_at == "start"
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("forced", [False, True])
+def test_history_at_end_shows_the_same_blocks_with_the_history_last(agent, forced):
+    history = HISTORIES["summaries"]
+    start = prompts.actor_messages(agent, MC, history, forced=forced)
+    end = prompts.actor_messages(agent, MC, history, forced=forced, history_at="end")
+    assert end[0] == start[0]  # the system prompt
+    if agent in ("direct", "cot"):  # no history: one layout
+        assert end == start
+        return
+    block = "### Information-seeking History\n" + history
+    user_start, user_end = start[1]["content"], end[1]["content"]
+    assert user_start.startswith(block + "\n\n### Original Question\n")
+    assert user_end.startswith("### Original Question\n") and user_end.endswith("\n\n" + block)
+    assert user_end.removesuffix("\n\n" + block) == user_start.removeprefix(block + "\n\n")
+
+
+def test_history_at_is_checked():
+    with pytest.raises(ValueError, match="history_at must be start or end, not 'middle'"):
+        prompts.actor_messages("react", "Q?", prompts.NO_HISTORY, history_at="middle")  # type: ignore[arg-type]
+
+
+def re2search_chats(history_at: str) -> list:
+    """The actor's chats of a 4-step Re2Search episode that searches at every step (`query N` at step N),
+    each step under its own template (`last_step` same)."""
+
+    def search(act) -> str:
+        step = prompt_text(act).count("Query: ") + 1
+        return out(predicted_answer="1990", generated_query=f"query {step}")
+
+    t = drive(
+        gym("re2search", max_steps=4, last_step="same", history_at=history_at),
+        Q,
+        policy={"actor": search},
+        llm=lambda ask: f"Summary of {ask.fields['query']}.",
+    )
+    assert len(t.acts()) == 4
+    return [act.messages for act, _ in t.acts()]
+
+
+def test_history_at_end_each_step_extends_the_previous_steps_tokens():
+    """Under `end` step t's prompt up to the end of its history is a token prefix of step t+1's (the tiny
+    model's byte-level BPE, tokenized as the local engine prefills), so a prefix cache prefills only the new
+    entry and the prompt's tail; from step 2 on (step 1 shows the empty history's placeholder). Under `start`
+    the steps share no more than the system prompt and the history: the question and the instructions follow."""
+    from ragteam.llm.local import LocalChatModel
+
+    model = LocalChatModel("tiny")
+
+    def head(messages) -> list[int]:
+        """Token ids of the chat up to the end of the user message's text (its history under `end`)."""
+        text = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        user = messages[-1]["content"]
+        return model.tokenizer(text[: text.rindex(user) + len(user)], add_special_tokens=False)["input_ids"]
+
+    def shared(a: list[int], b: list[int]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    chats = re2search_chats("end")
+    assert chats[1][1]["content"].endswith("Answer: Summary of query 1.")  # the history is last
+    for before, after in zip(chats[1:], chats[2:]):
+        prefix = head(before)
+        assert model.prompt_ids(before)[: len(prefix)] == prefix
+        assert model.prompt_ids(after)[: len(prefix)] == prefix
+    assert head(chats[0]) != model.prompt_ids(chats[1])[: len(head(chats[0]))]  # "(nothing searched yet)"
+
+    chats = re2search_chats("start")
+    for before, after in zip(chats[1:], chats[2:]):
+        ids = model.prompt_ids(before)
+        common = model.tokenizer.decode(ids[: shared(ids, model.prompt_ids(after))])
+        assert "### Information-seeking History" in common and "### Original Question" not in common

@@ -6,6 +6,15 @@ Formats follow the paper (RAG-Gym, section 2 and appendix H): the state is shown
 `### Step-by-step Reasoning` (and, for Re2Search, `### Unverified Claim Identification`) and ends with
 `### Structured Output`, a JSON object with `"predicted_answer"` and/or `"generated_query"`. The wording is ours.
 
+Where the history stands is `history_at` (`--history-at`): `start`, the paper's order (Figure 9: the history,
+then the question and the instructions), or `end` (the question and the instructions, then the history). Each
+design with a history has one template without it (`TEMPLATES`), and `actor_messages` places the history
+block (`HISTORY`) before or after it, so both orders say the same words. Under `end` each step's prompt extends
+the previous step's (its history grows at the end), so a prefix cache (the local engine's, vLLM's, SGLang's)
+prefills only the new entry, where under `start` every step recomputes the question and the instructions after
+its grown history. The empty history keeps its placeholder (`NO_HISTORY`) under both: the model is told that
+nothing was searched yet, at the cost of the placeholder's few tokens once per episode (step 2 replaces it).
+
 | agent      | reasoning | history shown             | actions                                   |
 |------------|-----------|---------------------------|-------------------------------------------|
 | direct     | no        | none                      | answer                                    |
@@ -18,6 +27,8 @@ Formats follow the paper (RAG-Gym, section 2 and appendix H): the state is shown
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from ragteam.types import Doc, Message
 
 ACTOR_SYSTEM = (
@@ -26,6 +37,13 @@ ACTOR_SYSTEM = (
 
 ANSWER_FIELD = '"predicted_answer": "a single letter for a multiple-choice question, otherwise a number, a word or a short phrase"'
 QUERY_FIELD = '"generated_query": "an entity, a question or a statement to look up in the knowledge base"'
+
+HISTORY = """### Information-seeking History
+{history}"""
+"""The history block: before (`history_at` `start`) or after (`end`) a design's template."""
+
+HistoryAt = Literal["start", "end"]
+"""Where the actor's prompt shows the history (`GymOptions.history_at`, module docstring)."""
 
 DIRECT = """### Original Question
 {question}
@@ -47,10 +65,7 @@ Your reply must have two sections:
 {{{answer_field}}}
 ```"""
 
-HISTORY_ANSWER = """### Information-seeking History
-{history}
-
-### Original Question
+HISTORY_ANSWER = """### Original Question
 {question}
 
 Your reply must have two sections:
@@ -62,10 +77,7 @@ Your reply must have two sections:
 {{{answer_field}}}
 ```"""
 
-SEARCH_OR_ANSWER = """### Information-seeking History
-{history}
-
-### Original Question
+SEARCH_OR_ANSWER = """### Original Question
 {question}
 
 Your reply must have two sections:
@@ -84,10 +96,7 @@ Your reply must have two sections:
 {{{answer_field}}}
 ```"""
 
-RE2SEARCH = """### Information-seeking History
-{history}
-
-### Original Question
+RE2SEARCH = """### Original Question
 {question}
 
 Your reply must have three sections:
@@ -128,7 +137,11 @@ TEMPLATES = {
     "search-o1": SEARCH_OR_ANSWER,
     "re2search": RE2SEARCH,
 }
-"""The actor's template of each agent design (at the last step, `HISTORY_ANSWER` replaces it)."""
+"""The actor's template of each agent design, without the history (at the last step, `HISTORY_ANSWER`
+replaces it)."""
+
+WITHOUT_HISTORY = ("direct", "cot")
+"""The designs whose prompt shows no history (and that have no forced last step)."""
 
 
 def format_documents(docs: list[Doc]) -> str:
@@ -157,10 +170,19 @@ def history_with_summaries(history: list[tuple[str, str]]) -> str:
     return "\n\n".join(f"Query: {query}\nAnswer: {summary}" for query, summary in history)
 
 
-def actor_messages(agent: str, question: str, history: str, forced: bool = False) -> list[Message]:
-    """The actor's chat for `agent`; `forced` (the last step) allows only an answer."""
-    template = HISTORY_ANSWER if forced and agent not in ("direct", "cot") else TEMPLATES[agent]
-    user = template.format(
+def actor_messages(
+    agent: str, question: str, history: str, forced: bool = False, history_at: HistoryAt = "start"
+) -> list[Message]:
+    """The actor's chat for `agent`; `forced` (the last step) allows only an answer. A design with a history
+    shows it before its template (`history_at` `start`, Figure 9) or after it (`end`), a blank line between."""
+    if agent in WITHOUT_HISTORY:
+        parts = [TEMPLATES[agent]]
+    else:
+        task = HISTORY_ANSWER if forced else TEMPLATES[agent]
+        if history_at not in get_args(HistoryAt):
+            raise ValueError(f"history_at must be start or end, not {history_at!r}")
+        parts = [HISTORY, task] if history_at == "start" else [task, HISTORY]
+    user = "\n\n".join(parts).format(
         question=question, history=history, answer_field=ANSWER_FIELD, query_field=QUERY_FIELD
     )
     return [{"role": "system", "content": ACTOR_SYSTEM}, {"role": "user", "content": user}]

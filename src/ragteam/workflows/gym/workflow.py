@@ -18,6 +18,10 @@ iterations. What the last step may do is `cfg.last_step`:
 - re2search: each step states a predicted answer and, when its reasoning rests on an unverified claim, a
   query; no query ("None") means the answer stands.
 
+Where the actor's prompt shows the history is `cfg.history_at`: `start` (the paper's Figure 9) or `end`, after
+the question and the instructions, so each step's prompt extends the previous step's (`prompts.py`). The PRM,
+the process data and PPO read the act's own messages, so they see the layout the actor saw.
+
 Who plays what: the actor is the trainable policy (`Act`, role `actor`) in every design — it is what RAG-Gym
 tunes. The document summaries of Search-o1 and Re2Search are written by the fixed LLM server (`AskLLM`,
 purpose `summary`): in the paper only the actor is trained while the summarizer stays untuned (E.2).
@@ -54,15 +58,17 @@ def _actor_messages(
     docs: list[tuple[str, list[Doc]]],
     notes: list[tuple[str, str]],
     forced: bool,
+    history_at: prompts.HistoryAt = "start",
 ) -> list[Message]:
     """The actor's prompt: the state is the searches so far, with their documents (`docs`) or, for the
-    summarizing designs, with the LLM's summaries (`notes`)."""
+    summarizing designs, with the LLM's summaries (`notes`), shown before or after the question and the
+    instructions (`history_at`, a field of the act so that fitting re-renders it in the same layout)."""
     history = (
         prompts.history_with_summaries(notes)
         if agent in SUMMARIZING
         else prompts.history_with_documents(docs)
     )
-    return prompts.actor_messages(agent, question, history, forced=forced)
+    return prompts.actor_messages(agent, question, history, forced=forced, history_at=history_at)
 
 
 ACTOR = Role("actor", _actor_messages, parse_actor, docs="docs")  # the parser reads `mode` and `choices`
@@ -125,6 +131,7 @@ class GymAgent(Workflow):
                     docs=list(docs_history),
                     notes=list(notes),
                     forced=forced,
+                    history_at=self.cfg.history_at,
                     mode=mode,
                     choices=question.choices,
                 )
