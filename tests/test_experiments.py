@@ -164,3 +164,28 @@ def test_matrix_script_runs_every_leg_on_the_heldout_set_and_bundles_under_the_l
     again = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "FRESH=1" in again.stdout  # a second run never overwrites a leg
     assert (work / "mmoa" / "compare.json").is_file()
+
+    # RESUME=1 after an interruption: finished stages are skipped, the trainer resumes from its checkpoint,
+    # the eval from its episodes (the bundle had gzipped them), and the compares are made again
+    c3 = work / "c3po"
+    timings = (c3 / "timings.tsv").read_text().splitlines()
+    (c3 / "timings.tsv").write_text(
+        "".join(x + "\n" for x in timings if x.split("\t")[1] not in ("chain", "eval-chain", "total"))
+    )
+    (c3 / "chain" / "model.safetensors").unlink()
+    kept = gzip.open(c3 / "eval-chain" / "episodes.jsonl.gz", "rt").read().splitlines()[:1]
+    with gzip.open(c3 / "eval-chain" / "episodes.jsonl.gz", "wt") as f:
+        f.write(kept[0] + "\n")
+    (c3 / "compare-tree-chain.json").unlink()
+    resumed = subprocess.run(
+        ["bash", str(script)],
+        env={**env, "LEGS": "c3po", "RESUME": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-3000:]
+    assert "c3po: tree (done before)" in resumed.stdout and "c3po: chain\n" in resumed.stdout
+    assert "--resume" in (c3 / "chain.log").read_text().splitlines()[0]  # the exact command heads its log
+    assert f"1 of {n} questions already in" in (c3 / "eval-chain.log").read_text()
+    assert json.loads((c3 / "compare-tree-chain.json").read_text())["counts"]["questions"] == n

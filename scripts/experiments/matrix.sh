@@ -10,6 +10,10 @@
 #   BUNDLE_ONLY=1 ...                                            # bundle legs a time limit stopped midway
 #   LORA=1 ...                                                   # RL arms train LoRA adapters (not the
 #                                                                # pre-registered setting): they come back
+#   RESUME=1 ...                                                 # continue a leg an interruption stopped:
+#                                                                # finished stages are skipped, the one
+#                                                                # that was running resumes (CPU runs)
+#   set -a; . scripts/experiments/matrix-cpu-c3po.env; set +a; LEGS=c3po ...   # the C-3PO leg on 2 CPU cores
 #
 # Legs (each in $WORK/<leg>, its bundle in $WORK/bundles):
 #   mmoa  MMOA-RAG S-G, K = 5: heuristic-label SFT -> GRPO, the settings of the H200 run (mmoa_grpo.sh);
@@ -45,7 +49,10 @@ LLM=${LLM:-smollm2}                       # the fixed LLM (C-3PO's answers, RAG-
 EVAL_LIMIT=${EVAL_LIMIT:-900}             # held-out questions evaluated (all 900; fewer only in dry runs)
 EVAL_BATCH=${EVAL_BATCH:-256}             # sequences decoded together and episodes in flight, in evals
 BATCH=${BATCH:-128}                       # the same in training rollouts (the H200 run's)
-MB_TOKENS=${MB_TOKENS:-32768}             # tokens per optimizer step and per forward
+MB_TOKENS=${MB_TOKENS:-32768}             # tokens per optimizer step
+MICRO_TOKENS=${MICRO_TOKENS:-$MB_TOKENS}  # tokens per forward (fewer: the same step by accumulation, less memory)
+RESUME=${RESUME:-0}                       # 1: skip the stages timings.tsv lists as done, resume the rest
+OVERWRITE=--overwrite; [ "$RESUME" = 1 ] && OVERWRITE=--no-overwrite  # collect: start over or resume
 UNINFORMATIVE=${UNINFORMATIVE:-skip}      # groups that all scored alike: skip (DAPO's filter) or keep (dry runs)
 LORA=${LORA:-0}
 PART_BYTES=${PART_BYTES:-15728640}       # bundles are cut into parts of 15 MiB (a device call returns 16 MiB)
@@ -113,8 +120,11 @@ for leg in $LEGS; do
   case $leg in mmoa | c3po | gym) ;; *) echo "matrix.sh: unknown leg $leg (mmoa, c3po, gym)" >&2; exit 2 ;; esac
 done
 for leg in $LEGS; do  # the trainers never overwrite their checkpoints; neither does this script a leg
-  if [ -e "$W/$leg" ]; then
-    [ "${FRESH:-0}" = 1 ] || { echo "$W/$leg already holds a run: FRESH=1 starts it over, or set WORK"; exit 2; }
+  if [ -e "$W/$leg" ] && [ "$RESUME" = 1 ]; then  # an eval a bundle gzipped mid-leg resumes from its episodes
+    find "$W/$leg" -name episodes.jsonl.gz -exec sh -c '[ -e "${1%.gz}" ] || gunzip "$1"' _ {} \;
+  elif [ -e "$W/$leg" ]; then
+    [ "${FRESH:-0}" = 1 ] ||
+      { echo "$W/$leg already holds a run: RESUME=1 continues it, FRESH=1 starts it over, or set WORK"; exit 2; }
     rm -rf "${W:?}/$leg" "$W/bundles/$leg".tar.gz* "$W/bundles/$leg"-lora.tar.gz*
   fi
 done
@@ -147,7 +157,7 @@ EV="--data $H --offset 0 --limit $EVAL_LIMIT $EVAL_CORPUS --rollout.temperature 
 PPO_COMMON="--data $D --seed 0 --rollout.seed 0 --policy.dtype float32 --no-ppo.bf16 --ppo.epochs 2
   --ppo.clip 0.2 --ppo.lr-schedule constant --ppo.warmup-iterations 0
   --$([ "$UNINFORMATIVE" = skip ] || echo no-)ppo.skip-uninformative
-  --ppo.minibatch-tokens $MB_TOKENS --ppo.micro-tokens $MB_TOKENS --rollout.max-concurrent $BATCH
+  --ppo.minibatch-tokens $MB_TOKENS --ppo.micro-tokens $MICRO_TOKENS --rollout.max-concurrent $BATCH
   --policy.max-batch-size $BATCH --llm.model $LLM --llm.max-batch-size $BATCH --save-total-limit 1
   --no-progress $TRAIN_CORPUS $LORA_FLAG"
 
@@ -157,12 +167,25 @@ trap '[ -n "$log" ] && [ -f "$log" ] && tail -n 40 "$log"' ERR  # a failed stage
 stage() {  # stage LEG NAME CMD...: run CMD with its output in LEG/NAME.log, timed into timings.tsv
   local leg=$1 name=$2; shift 2
   local s=$SECONDS
+  if [ "$RESUME" = 1 ] && grep -q "^$leg	$name	" "$W/$leg/timings.tsv" 2>/dev/null; then
+    echo "[matrix] $(date +%T) +$((SECONDS - t0))s $leg: $name (done before)"
+    return 0
+  fi
+  if [ "$RESUME" = 1 ] && [ -f "$W/$leg/$name.log" ]; then  # an interrupted attempt's log is kept beside
+    mv "$W/$leg/$name.log" "$W/$leg/$name.$(date +%s).log"
+  fi
   echo "[matrix] $(date +%T) +$((SECONDS - t0))s $leg: $name"
   log="$W/$leg/$name.log"
   { printf '+'; printf ' %q' "$@"; echo; } >"$log"   # the exact command heads its log
   "$@" >>"$log" 2>&1
   printf '%s\t%s\t%s\n' "$leg" "$name" "$((SECONDS - s))" >>"$W/$leg/timings.tsv"
   log=""
+}
+again() {  # again LEG NAME DIR, with RESUME=1: --resume for a training stage an interruption stopped after a
+  # checkpoint, an empty DIR for one stopped before its first (a trainer refuses a folder of partial files)
+  [ "$RESUME" = 1 ] || return 0
+  grep -q "^$1	$2	" "$W/$1/timings.tsv" 2>/dev/null && return 0
+  if compgen -G "$3/checkpoint-*" >/dev/null; then echo --resume; else rm -rf "$3"; fi
 }
 compare() {  # compare LEG NAME A B: the paired comparison of two evals, as text and JSON
   local leg=$1 name=$2
@@ -178,14 +201,16 @@ leg_mmoa() {
   local M="--workflow mmoa --variant s-g --candidates 5 --selector-constrained --fill-from-question
     --rollout.max-tokens 256"
   stage mmoa collect $RT collect sft $M $R $TRAIN_CORPUS --data "$D" --limit "$MMOA_SFT_Q" \
-    --out "$w/sft-data" --overwrite --no-progress
+    --out "$w/sft-data" $OVERWRITE --no-progress
   stage mmoa sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --policy.model "$POLICY" \
+    $(again mmoa sft "$w/sft") \
     --max-steps "$MMOA_SFT_STEPS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 \
     --save-steps "$MMOA_SFT_STEPS" --max-length 2048 --no-progress
   local sft=$w/sft/checkpoint-$MMOA_SFT_STEPS
   stage mmoa eval-sft $RT eval $M $R $EV --policy.model "$sft" --out "$w/eval-sft"
   # mmoa_grpo.sh's GRPO; the advantage whitening and the KL placement of that run pinned (beta 0: no KL)
   stage mmoa grpo $RT train ppo --recipe mmoa $M $R $PPO_COMMON --limit 400 --policy.model "$sft" --out "$w/grpo" \
+    $(again mmoa grpo "$w/grpo") \
     --iterations "$MMOA_ITERS" --budget-seconds "$MMOA_BUDGET_S" --questions-per-iteration "$MMOA_QPI" \
     --rollout.group-size "$MMOA_GROUP" --rollout.temperature 1.0 --rollout.top-p 0.9 \
     --ppo.advantage grpo --ppo.credit mmoa --ppo.reward f1 --ppo.normalize global \
@@ -204,15 +229,16 @@ leg_c3po() {
   stage c3po collect-samples $RT collect sft $S $TRAIN_CORPUS --tree samples --samples 4 --data "$D" \
     --offset 0 --limit "$C3_SAMPLES_Q" --rollout.temperature 1.0 --accept "$C3_ACCEPT" --relabel-invalid \
     --rollout.max-concurrent "$BATCH" --policy.model "$POLICY" --policy.max-batch-size "$BATCH" \
-    --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-samples" --overwrite --no-progress
+    --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-samples" $OVERWRITE --no-progress
   stage c3po collect-trees $RT collect sft $S $TRAIN_CORPUS --tree c3po --data "$D" --offset "$C3_SAMPLES_Q" \
     --limit "$C3_TREE_Q" --rollout.temperature 1.0 --accept "$C3_ACCEPT" --relabel-invalid \
     --rollout.max-concurrent "$BATCH" --policy.model "$POLICY" --policy.max-batch-size "$BATCH" \
-    --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-trees" --overwrite --no-progress
+    --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/sft-trees" $OVERWRITE --no-progress
   mkdir -p "$w/sft-data"
   cat "$w/sft-samples/sft.jsonl" "$w/sft-trees/sft.jsonl" >"$w/sft-data/sft.jsonl"
   [ -s "$w/sft-data/sft.jsonl" ] || { echo "matrix.sh: c3po: no SFT rows were accepted" >&2; return 5; }
   stage c3po sft $RT train sft --data "$w/sft-data/sft.jsonl" --out "$w/sft" --policy.model "$POLICY" \
+    $(again c3po sft "$w/sft") \
     --epochs "$C3_SFT_EPOCHS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 --max-length 2048 \
     --no-progress
   stage c3po eval-sft $RT eval $S $EV --policy.model "$w/sft" --out "$w/eval-sft"
@@ -221,10 +247,10 @@ leg_c3po() {
     --budget-tokens $C3_TOKENS --budget-seconds $C3_SAFETY_S --rollout.temperature 1.0 --rollout.top-p 1.0
     --ppo.reward cover_em --ppo.normalize none --ppo.kl-in loss --ppo.lr $C3_LR
     --ppo.target-kl 0.1 --ppo.kl-beta 0 --ppo.kl-anneal-to 0 --ppo.kl-beta-min 0 --ppo.max-sample-tokens 4096"
-  stage c3po tree $RT train ppo --recipe c3po $P --out "$w/tree" --rollout.forks c3po \
+  stage c3po tree $RT train ppo --recipe c3po $P --out "$w/tree" $(again c3po tree "$w/tree") --rollout.forks c3po \
     --ppo.advantage "$TREE_ADV" --ppo.credit tree_mc --rollout.group-size "$C3_TREE_GROUP" \
     --questions-per-iteration "$C3_TREE_QPI"
-  stage c3po chain $RT train ppo --recipe c3po-no-tree $P --out "$w/chain" \
+  stage c3po chain $RT train ppo --recipe c3po-no-tree $P --out "$w/chain" $(again c3po chain "$w/chain") \
     --ppo.advantage grpo --ppo.credit outcome --rollout.group-size "$C3_CHAIN_GROUP" \
     --questions-per-iteration "$C3_CHAIN_QPI"
   stage c3po eval-tree $RT eval $S $EV --policy.model "$w/tree" --out "$w/eval-tree"
@@ -242,19 +268,22 @@ leg_gym() {
     --candidates "$GYM_CANDIDATES" --ranker "$GYM_RANKER" --rollout.best-of.rollouts 2 \
     --rollout.best-of.metric f1 --rollout.temperature 0.7 --accept "$GYM_ACCEPT" --keep-invalid \
     --rollout.max-concurrent "$BATCH" --policy.model "$POLICY" --policy.max-batch-size "$BATCH" \
-    --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/process" --overwrite --no-progress
+    --llm.model "$LLM" --llm.max-batch-size "$BATCH" --out "$w/process" $OVERWRITE --no-progress
   for f in sft.jsonl pairs.jsonl; do
     [ -s "$w/process/$f" ] || { echo "matrix.sh: gym: collect process wrote no $f rows" >&2; return 5; }
   done
   stage gym sft $RT train sft --data "$w/process/sft.jsonl" --out "$w/sft" --policy.model "$POLICY" \
+    $(again gym sft "$w/sft") \
     --epochs "$GYM_SFT_EPOCHS" --batch-size 4 --lr 2e-5 --lr-schedule linear --seed 0 --max-length 1024 \
     --no-progress
   stage gym prm $RT train prm --data "$w/process/pairs.jsonl" --out "$w/prm" --prm.model "$POLICY" \
+    $(again gym prm "$w/prm") \
     --epochs "$GYM_PRM_EPOCHS" --batch-size 4 --lr 1e-5 --lr-schedule linear --seed 0 --max-length 1024 \
     --no-progress
   stage gym eval-sft $RT eval $G $EV --policy.model "$w/sft" --out "$w/eval-sft"
   stage gym ppo $RT train ppo --recipe gym $G $PPO_COMMON --offset "$GYM_Q" --limit $((400 - GYM_Q)) \
     --policy.model "$w/sft" --prm.model "$w/prm" --prm.max-batch-size "$BATCH" --out "$w/ppo" \
+    $(again gym ppo "$w/ppo") \
     --iterations "$GYM_ITERS" --budget-seconds "$GYM_BUDGET_S" --questions-per-iteration "$GYM_QPI" \
     --rollout.group-size 1 --rollout.temperature 1.0 --rollout.top-p 1.0 \
     --ppo.advantage gae --ppo.credit process --ppo.process-reward prm --ppo.reward f1 \
