@@ -28,7 +28,9 @@ timings steady when other jobs share the cores (with two, a decode step waits on
 iteration (Selector + Generator, `--grpo-questions` questions x `--group-size` 8 members, temperature 1, top-p
 0.9; replies capped at `--grpo-max-tokens` 16, the length of the SFT policy's: the base model would ramble
 where the trained one answers in a few words), a C-3PO tree (`--rollout.forks c3po`: the router's three strategies, then K=2 to depth 4) and a RAG-Gym
-Re2Search episode (up to 10 steps; the actor's reasoning forced, its query sampled: `FormatFollowing`). Each runs under each of `--arms`: `off` (`--rollout.prefix-cache-mb 0`,
+Re2Search episode (up to 10 steps; the actor's reasoning forced, its query sampled: `FormatFollowing`), in the
+paper's layout (`gym`: the history before the question and the instructions) and with `--history-at end`
+(`gym-end`: the history last, so each step's prompt extends the previous step's). Each runs under each of `--arms`: `off` (`--rollout.prefix-cache-mb 0`,
 the engine before the cache: identical prompts of one batch still prefilled once), `on` (the cache), `none`
 (no sharing at all: every prompt prefilled from scratch), each from an empty cache (a training iteration
 starts with one: the weights changed), the same seeds, side by side: prompt tokens, prefilled tokens, the
@@ -319,6 +321,16 @@ def prefix_workloads(args: argparse.Namespace) -> list[tuple[str, dict, int]]:
             {"workflow": "gym:re2search", "max_steps": 10, "rollout": {"temperature": 1.0}},
             args.gym_questions,
         ),
+        "gym-end": (
+            "RAG-Gym Re2Search episode, history at end",
+            {
+                "workflow": "gym:re2search",
+                "max_steps": 10,
+                "history_at": "end",
+                "rollout": {"temperature": 1.0},
+            },
+            args.gym_questions,
+        ),
     }
     out = []
     for name in args.workloads:
@@ -528,7 +540,10 @@ def main(argv: list[str] | None = None) -> int:
         help="tree mode: the HotpotQA file whose paragraphs make the prompts",
     )
     ap.add_argument(
-        "--workloads", nargs="+", choices=["grpo", "tree", "gym"], default=["grpo", "tree", "gym"]
+        "--workloads",
+        nargs="+",
+        choices=["grpo", "tree", "gym", "gym-end"],
+        default=["grpo", "tree", "gym", "gym-end"],
     )
     ap.add_argument(
         "--arms", nargs="+", choices=list(ARMS), default=["off", "on"], help="prefix mode: what to compare"
