@@ -230,7 +230,7 @@ def iteration_row(run: Run, step: Iteration) -> dict[str, Any]:
         "kl_beta": run.learner.kl.beta,
         "logprob_drift": step.exp.drift if step.exp is not None else None,
         "lr": step.lrs[0],
-        "critic_lr": step.lrs[1] if len(step.lrs) > 1 else None,
+        "value_lr": step.lrs[1] if len(step.lrs) > 1 else None,
         "train": overall,
     }
     row["warnings"] = act_warnings(acts) + runaway(run, row)
