@@ -49,6 +49,7 @@ LLM=${LLM:-smollm2}                       # the fixed LLM (C-3PO's answers, RAG-
 EVAL_LIMIT=${EVAL_LIMIT:-900}             # held-out questions evaluated (all 900; fewer only in dry runs)
 EVAL_BATCH=${EVAL_BATCH:-256}             # sequences decoded together and episodes in flight, in evals
 BATCH=${BATCH:-128}                       # the same in training rollouts (the H200 run's)
+EVAL_DTYPE=${EVAL_DTYPE:-float32}         # the evals' weights, policy and LLM alike (training stays float32)
 MB_TOKENS=${MB_TOKENS:-32768}             # tokens per optimizer step
 MICRO_TOKENS=${MICRO_TOKENS:-$MB_TOKENS}  # tokens per forward (fewer: the same step by accumulation, less memory)
 RESUME=${RESUME:-0}                       # 1: skip the stages timings.tsv lists as done, resume the rest
@@ -152,8 +153,8 @@ EVAL_CORPUS="--corpus $W/index-heldout"
 TREE_ADV=${TREE_ADV:-tree_grpo}           # Tree-GRPO (issue 29)
 LORA_FLAG=""; [ "$LORA" = 1 ] && LORA_FLAG="--ppo.lora"
 EV="--data $H --offset 0 --limit $EVAL_LIMIT $EVAL_CORPUS --rollout.temperature 0
-  --rollout.max-concurrent $EVAL_BATCH --policy.max-batch-size $EVAL_BATCH --policy.dtype float32
-  --llm.model $LLM --llm.max-batch-size $EVAL_BATCH --no-progress"
+  --rollout.max-concurrent $EVAL_BATCH --policy.max-batch-size $EVAL_BATCH
+  --policy.dtype $EVAL_DTYPE --llm.model $LLM --llm.dtype $EVAL_DTYPE --llm.max-batch-size $EVAL_BATCH --no-progress"
 PPO_COMMON="--data $D --seed 0 --rollout.seed 0 --policy.dtype float32 --no-ppo.bf16 --ppo.epochs 2
   --ppo.clip 0.2 --ppo.lr-schedule constant --ppo.warmup-iterations 0
   --$([ "$UNINFORMATIVE" = skip ] || echo no-)ppo.skip-uninformative
