@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+import train_helpers
+from train_helpers import write_jsonl
 
 from ragteam.cli.main import main
 from ragteam.llm.prm import PRMConfig, ProcessRewardModel, prm_input_ids, render_prm_input
@@ -47,11 +48,6 @@ PAIRS = [
 ]
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def pairs_file(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
@@ -59,16 +55,7 @@ def pairs_file(tmp_path: Path) -> Path:
 
 def tiny_cfg(data: Path, out: Path, **kw) -> DPOConfig:
     """A DPO config on the tiny model (`prm_cfg`: a PRM's)."""
-    base = dict(
-        data=str(data),
-        out=str(out),
-        policy={"model": "tiny"},
-        batch_size=2,
-        max_length=256,
-        device="cpu",
-        progress=False,
-    )
-    return DPOConfig(**(base | kw))
+    return train_helpers.tiny_cfg(DPOConfig, data, out, **kw)
 
 
 def prm_cfg(data: Path, out: Path, **kw) -> PRMTrainConfig:

@@ -7,7 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+import train_helpers
 import yaml
+from train_helpers import write_jsonl
 
 from ragteam.cli.main import main
 from ragteam.llm.tiny import CHATML_TEMPLATE
@@ -31,29 +33,13 @@ def sft_row(i: int, target: str = "[Retrieval] capital of France") -> dict:
     }
 
 
-def write_jsonl(path: Path, rows: list) -> Path:
-    path.write_text(
-        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"
-    )
-    return path
-
-
 @pytest.fixture
 def sft_file(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "sft.jsonl", [sft_row(i) for i in range(8)])
 
 
 def tiny_cfg(data: Path, out: Path, **kw) -> SFTConfig:
-    base = dict(
-        data=str(data),
-        out=str(out),
-        policy={"model": "tiny"},
-        batch_size=2,
-        max_length=256,
-        device="cpu",
-        progress=False,
-    )
-    return SFTConfig(**(base | kw))
+    return train_helpers.tiny_cfg(SFTConfig, data, out, **kw)
 
 
 # ---- the loss mask ---------------------------------------------------------------------------------------
