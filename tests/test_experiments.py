@@ -141,6 +141,9 @@ def test_matrix_script_runs_every_leg_on_the_heldout_set_and_bundles_under_the_l
     for arm in ("tree", "chain"):
         rows = [json.loads(x) for x in (work / "c3po" / arm / "log.jsonl").read_text().splitlines()]
         assert rows[-1]["generated_tokens_total"] >= budget and len(rows) < int(tiny["C3_ITERS"]), arm
+    for ev in ("mmoa/eval-sft", "c3po/eval-chain", "gym/eval-ppo"):  # EVAL_DTYPE reaches both models
+        command = (work / f"{ev}.log").read_text().splitlines()[0]
+        assert "--policy.dtype float32" in command and "--llm.dtype float32" in command, ev
     tree_cfg = (work / "c3po" / "tree" / "config.yaml").read_text()
     assert "advantage: tree_grpo" in tree_cfg or "advantage: tree\n" in tree_cfg
 
