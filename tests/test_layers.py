@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workflows",),  # the teams: roles, prompts, parsers, control flow; each paper's settings
     ("protocol", "depth"),  # what a workflow declares and yields; how its depth is counted
     ("retrieval", "llm", "metrics", "data"),  # backends, answer metrics, benchmark readers
-    ("config", "types", "outdir"),  # typed configs, plain data types, the output-folder guard
+    ("config", "types", "outdir", "allocator"),  # typed configs, data types, the folder guard, malloc
     ("precedence",),  # settings precedence: layers of mappings merged, each value's source kept
 ]
 """ragteam's layers, top first, as docs/architecture.md draws them: a module may import modules of its own

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ragteam.allocator import return_freed_memory
 from ragteam.collect.config import CollectConfig
 from ragteam.config import load_config, quiet_own_notices, setup_caches
 from ragteam.eval.run import EvalConfig
@@ -54,9 +55,11 @@ Log = Callable[[str], Any]
 
 
 def _prepare() -> None:
-    """What every function does first, as the command does: caches under $RAGTEAM_HOME, offline, and the
-    library notices ragteam's own calls trigger kept off the terminal (`quiet_own_notices`)."""
+    """What every function does first, as the command does: caches under $RAGTEAM_HOME, offline, freed
+    memory handed back to the system (`allocator.return_freed_memory`), and the library notices ragteam's own
+    calls trigger kept off the terminal (`quiet_own_notices`)."""
     setup_caches()
+    return_freed_memory()
     quiet_own_notices()
 
 

@@ -11,6 +11,7 @@ import sys
 
 import yaml
 
+from ragteam.allocator import return_freed_memory
 from ragteam.config import (
     Config,
     ConfigError,
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_command_flags(parser, module_name, module, config_cls)
     args = parser.parse_args(argv)
     setup_caches()
+    return_freed_memory()  # freed tensors go back to the system (glibc's heap would keep them: allocator.py)
     try:
         cfg = config_from_args(config_cls, _strip(args))
     except ConfigError as e:
