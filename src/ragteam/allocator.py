@@ -8,7 +8,7 @@ thousand (KV caches, attention scores, logits), interleaved with small ones that
 grows. Measured on this project's 2-core machine: the C-3PO tree trainer's rollouts held 17-18.6 GB resident,
 and its second iteration was killed for memory on 24 GB; with the threshold fixed at 1 MB the same rollouts
 held 4-5 GB (docs/results.md, the C-3PO CPU leg's second deviation; `bench/memory.py` measures it). The
-price is time: a large block is mapped and zeroed afresh at each allocation, about 1.2x on CPU decoding
+price is time: a large block is mapped and zeroed afresh at each allocation, 1.2-1.4x on CPU decoding
 (docs/training.md, "Host memory on the CPU"). An OOM kill loses a run; a slower one finishes.
 
 `return_freed_memory()` fixes the mmap threshold (which stops its growth) and the trim threshold at 1 MB, as
