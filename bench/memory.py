@@ -13,7 +13,8 @@ on `--questions` HotpotQA-500 questions x 2 trees, over the pooled corpus of the
         --limit 32 --out {out}                       # any ragteam command; {out} is a fresh folder per arm
 
 Both arms use the same seeds, so they generate the same tokens; the setting changes where freed memory goes,
-not a number the run computes (the last column says whether the two runs' log rows agree).
+not a number the run computes (the last line says whether the two runs generated the same number of tokens
+in each iteration of a training command; other commands write no log.jsonl and show empty lists).
 """
 
 from __future__ import annotations
