@@ -192,3 +192,22 @@ def test_matrix_script_runs_every_leg_on_the_heldout_set_and_bundles_under_the_l
     assert "--resume" in (c3 / "chain.log").read_text().splitlines()[0]  # the exact command heads its log
     assert f"1 of {n} questions already in" in (c3 / "eval-chain.log").read_text()
     assert json.loads((c3 / "compare-tree-chain.json").read_text())["counts"]["questions"] == n
+
+    # the why of a C-3PO result: where the arms' greedy episodes part, and each proxy's route probabilities
+    why = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "experiments" / "c3po_why.py"), str(c3), "--prompts", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert why.returncode == 0, why.stderr[-3000:]
+    parted = [x for x in why.stdout.splitlines() if "first differing policy act by role" in x]
+    assert [x.split(":")[0] for x in parted] == ["sft vs tree", "sft vs chain", "tree vs chain"]
+    for line in parted:  # every question is counted once: same, or the role where the two first differ
+        counts = json.loads(line.split("by role: ")[1].replace("'", '"'))
+        assert sum(counts.values()) == n and set(counts) <= {"same", "length", "router", "filter", "decider"}
+    rows = {x.split("|")[1].strip(): x.split("|")[2:6] for x in why.stdout.splitlines() if x.startswith("| ")}
+    for arm in ("sft", "tree", "chain"):  # three probabilities of disjoint replies, and each prompt's argmax
+        probs = [float(p) for p in rows[arm][:3]]
+        assert all(0 < p < 1 for p in probs) and sum(probs) <= 1 + 1e-2, (arm, probs)
+        assert sum(int(part.split()[-1]) for part in rows[arm][3].split(",")) == 2, rows[arm]
