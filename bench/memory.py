@@ -7,7 +7,7 @@ wall time, and their ratios. The default workload is the one that was killed for
 iteration (`--rollout.forks c3po`, Tree-GRPO, 32 sequences decoded together) on SmolLM2-135M in float32, here
 on `--questions` HotpotQA-500 questions x 2 trees, over the pooled corpus of the file's own paragraphs.
 
-    .venv/bin/python bench/memory.py                 # ~10 minutes on 2 cores
+    .venv/bin/python bench/memory.py                 # ~25 minutes on 2 cores (docs/training.md)
     .venv/bin/python bench/memory.py --questions 8 --iterations 2
     .venv/bin/python bench/memory.py -- eval --workflow mmoa --data ../shared/data/hotpotqa-dev-500.jsonl \
         --limit 32 --out {out}                       # any ragteam command; {out} is a fresh folder per arm
