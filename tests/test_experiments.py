@@ -204,7 +204,7 @@ def test_matrix_script_runs_every_leg_on_the_heldout_set_and_bundles_under_the_l
     parted = [x for x in why.stdout.splitlines() if "first differing policy act by role" in x]
     assert [x.split(":")[0] for x in parted] == ["sft vs tree", "sft vs chain", "tree vs chain"]
     for line in parted:  # every question is counted once: same, or the role where the two first differ
-        counts = json.loads(line.split("by role: ")[1].replace("'", '"'))
+        counts = json.loads(line.split("by role: ")[1])
         assert sum(counts.values()) == n and set(counts) <= {"same", "length", "router", "filter", "decider"}
     rows = {x.split("|")[1].strip(): x.split("|")[2:6] for x in why.stdout.splitlines() if x.startswith("| ")}
     for arm in ("sft", "tree", "chain"):  # three probabilities of disjoint replies, and each prompt's argmax

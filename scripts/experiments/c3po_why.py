@@ -15,54 +15,51 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
-import gzip
 import itertools
 import json
 import math
 from pathlib import Path
 
+from ragteam.rollout.traces import read_episodes
+from ragteam.rollout.tree import Episode
+
 ROUTES = ("[No Retrieval]", "[Retrieval]", "[Planning]")
 
 
-def episodes(run: Path, arm: str) -> dict[str, dict]:
+def episodes(run: Path, arm: str) -> dict[str, Episode]:
     """The arm's eval episodes by question id (plain or gzipped, as matrix.sh leaves them)."""
     path = run / f"eval-{arm}" / "episodes.jsonl"
-    lines = path.read_text() if path.is_file() else gzip.open(f"{path}.gz", "rt").read()
-    return {e["id"]: e for e in map(json.loads, lines.splitlines())}
+    return {e.id: e for e in read_episodes(path if path.is_file() else f"{path}.gz")}
 
 
-def policy_acts(episode: dict) -> list[tuple[str, str]]:
-    return [(n["role"], n["completion"]["text"]) for n in episode["nodes"] if n.get("kind") == "policy"]
-
-
-def first_difference(a: dict[str, dict], b: dict[str, dict]) -> collections.Counter:
+def first_difference(a: dict[str, Episode], b: dict[str, Episode]) -> collections.Counter:
     """Per question: the role of the first policy act that differs in text ("same" when none does)."""
     where: collections.Counter = collections.Counter()
     for qid, ea in a.items():
-        pa, pb = policy_acts(ea), policy_acts(b[qid])
+        pa, pb = ([(n.role, n.completion.text) for n in e.policy_nodes()] for e in (ea, b[qid]))
         diff = next((ra for (ra, ta), (rb, tb) in zip(pa, pb) if (ra, ta) != (rb, tb)), None)
         where[diff or ("length" if len(pa) != len(pb) else "same")] += 1
     return where
 
 
 def route_probabilities(model_dir: Path, prompts: list[list[int]]) -> dict[str, list[float]]:
-    """P(route) as the first tokens of the reply to each prompt: one prefill per prompt, then each route."""
+    """P(route) as the first tokens of the reply to each prompt, scored by the trainers' own
+    `completion_logprobs` (one batch of the three routes per prompt)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragteam.llm.logprobs import completion_logprobs
+
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    ids = {r: tok(r, add_special_tokens=False)["input_ids"] for r in ROUTES}
+    ids = [tok(r, add_special_tokens=False)["input_ids"] for r in ROUTES]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     probs: dict[str, list[float]] = {r: [] for r in ROUTES}
     with torch.no_grad():
         for prompt in prompts:
-            out = model(torch.tensor([prompt]), use_cache=True)
-            for route, route_ids in ids.items():
-                rest = model(torch.tensor([route_ids]), past_key_values=copy.deepcopy(out.past_key_values))
-                logits = torch.cat([out.logits[0, -1:], rest.logits[0, :-1]]).float()
-                lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(route_ids)[:, None]).sum()
-                probs[route].append(math.exp(float(lp)))  # float64: a random model's P can be 1e-40
+            logp, _ = completion_logprobs(model, [prompt] * len(ROUTES), ids, pad)
+            for route, lp in zip(ROUTES, logp.sum(-1).tolist()):
+                probs[route].append(math.exp(lp))  # float64: a random model's P can be 1e-40
     return probs
 
 
@@ -74,11 +71,11 @@ def main() -> None:
     args = ap.parse_args()
     evals = {arm: episodes(args.run, arm) for arm in args.arms}
     for x, y in itertools.combinations(args.arms, 2):
-        print(f"{x} vs {y}: first differing policy act by role: {dict(first_difference(evals[x], evals[y]))}")
+        print(
+            f"{x} vs {y}: first differing policy act by role: {json.dumps(first_difference(evals[x], evals[y]))}"
+        )
     first = list(evals[args.arms[0]].values())[: args.prompts]
-    prompts = [
-        next(n for n in e["nodes"] if n["role"] == "router")["completion"]["prompt_ids"] for e in first
-    ]
+    prompts = [next(n for n in e.policy_nodes() if n.role == "router").completion.prompt_ids for e in first]
     print(f"\n| proxy | {' | '.join(f'mean P {r}' for r in ROUTES)} | argmax route (of {len(prompts)}) |")
     print("|---|" + "---:|" * (len(ROUTES) + 1))
     for arm in args.arms:
